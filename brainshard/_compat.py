@@ -1,0 +1,53 @@
+"""The two JAX internals brainshard relies on, kept in one place.
+
+Discovery turns a State's value into a jaxpr *input* the first time it is
+read, in the middle of a trace. JAX has no public API for adding an input to
+a trace in flight, so this module reaches into ``jax._src`` for exactly that
+and nothing else; if a JAX upgrade moves these names, only this file changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jax._src import core as _core
+from jax._src import source_info_util as _source_info
+
+from jax.extend.core import get_opaque_trace_state
+
+__all__ = ["at_top_level", "current_trace", "new_trace_input",
+           "get_opaque_trace_state"]
+
+
+def at_top_level() -> bool:
+  """True when no JAX transform is tracing on this thread (eager mode)."""
+  return _core.trace_ctx.trace is _core.eval_trace
+
+
+def current_trace() -> Any:
+  """The JAX trace that is active on this thread right now."""
+  return _core.trace_ctx.trace
+
+
+def new_trace_input(trace: Any, aval: Any) -> Any:
+  """Appends a new input of type ``aval`` to the jaxpr being built by ``trace``.
+
+  ``trace`` must be the ``DynamicJaxprTrace`` of a ``jax.make_jaxpr`` call;
+  the new input is placed after the function's own arguments.
+  """
+  try:
+    new_arg = trace.new_arg
+  except AttributeError:  # pragma: no cover - only on an incompatible JAX
+    raise RuntimeError(
+        "brainshard needs a jaxpr trace that supports new inputs, but the "
+        f"active trace is {type(trace).__name__}. This JAX version is not "
+        "supported; see pyproject.toml for the supported range.") from None
+  return new_arg(aval, _source_info.current())
+
+
+def varying_axes(aval: Any) -> frozenset:
+  """Mesh axes a value inside ``shard_map`` varies over (its 'vma')."""
+  mat = getattr(aval, "mat", None)
+  if mat is not None:
+    return frozenset(mat.varying)
+  return frozenset(getattr(aval, "vma", ()))

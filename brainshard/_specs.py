@@ -1,0 +1,199 @@
+"""Resolving and validating PartitionSpecs for States and arguments.
+
+Everything here works on shapes and specs only, so ``shard_map`` can reject
+bad input before anything is traced.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+
+from brainshard._state import State, describe_value
+
+__all__ = [
+    "StateSpecs", "check_state_specs_arg", "resolve_state_spec",
+    "leaf_specs", "check_spec", "shard_aval", "arg_leaf_specs",
+]
+
+# `state_in_specs` / `state_out_specs`: None, one spec, or a dict keyed by
+# State objects, State subclasses or predicates.
+StateSpecs = Any
+
+
+def _is_spec_leaf(x: Any) -> bool:
+  return x is None or isinstance(x, P)
+
+
+def check_state_specs_arg(specs: StateSpecs, argname: str) -> None:
+  """Rejects malformed ``state_in_specs`` / ``state_out_specs`` up front."""
+  if specs is None or isinstance(specs, P):
+    return
+  if not isinstance(specs, Mapping):
+    raise TypeError(
+        f"{argname} must be None, a PartitionSpec, or a dict keyed by State "
+        f"objects, State subclasses or predicates; got {type(specs).__name__}.")
+  for key in specs:
+    if isinstance(key, State):
+      continue
+    if isinstance(key, type) and issubclass(key, State):
+      continue
+    if callable(key) and not isinstance(key, type):
+      continue
+    raise TypeError(
+        f"{argname} has the key {key!r} ({type(key).__name__}); keys must be "
+        "State objects, State subclasses (matching instances) or predicates "
+        "`(state) -> bool`.")
+
+
+def resolve_state_spec(state: State, specs: StateSpecs) -> Any:
+  """The spec (or pytree of specs) ``state`` gets under ``specs``.
+
+  First match wins: the State itself as a key, then State-subclass and
+  predicate keys in dict order, then the state's own ``spec``, then ``P()``.
+  """
+  if isinstance(specs, P):
+    return specs
+  if specs:
+    for key, spec in specs.items():
+      if key is state:
+        return spec
+    for key, spec in specs.items():
+      if isinstance(key, State):
+        continue
+      if isinstance(key, type):
+        if isinstance(state, key):
+          return spec
+      elif key(state):
+        return spec
+  if state.spec is not None:
+    return state.spec
+  return P()
+
+
+def leaf_specs(spec: Any, value: Any, owner: str) -> list[P]:
+  """One PartitionSpec per leaf of ``value``.
+
+  ``spec`` is one spec for every leaf or a pytree prefix of ``value``.
+  """
+  leaves = jax.tree.leaves(value)
+  if _is_spec_leaf(spec):
+    return [P() if spec is None else spec] * len(leaves)
+  try:
+    full = jax.tree.broadcast(spec, value, is_leaf=_is_spec_leaf)
+  except (ValueError, TypeError) as e:
+    raise ValueError(
+        f"{owner}: the spec pytree {spec} does not match the structure of the "
+        f"value {describe_value(value)} (it must be one PartitionSpec or a "
+        f"pytree prefix of the value): {e}") from None
+  out = jax.tree.leaves(full, is_leaf=_is_spec_leaf)
+  return [P() if s is None else s for s in out]
+
+
+def spec_axes(spec: P) -> list[str]:
+  axes = []
+  for entry in spec:
+    if entry is None:
+      continue
+    axes.extend(entry if isinstance(entry, tuple) else (entry,))
+  return axes
+
+
+def check_spec(spec: P, shape: Sequence[int], mesh: Any, owner: str) -> None:
+  """Validates ``spec`` for a value of ``shape`` on ``mesh``.
+
+  Raises a ValueError naming ``owner``, the mesh axis and the shapes when the
+  spec names an axis the mesh lacks, is longer than the value's rank, uses an
+  axis twice, or splits a dimension that the axes' sizes do not divide.
+  """
+  if not isinstance(spec, P):
+    raise TypeError(f"{owner}: expected a PartitionSpec, got {spec!r}.")
+  sizes = dict(mesh.shape)
+  shape = tuple(shape)
+  seen: set[str] = set()
+  for axis in spec_axes(spec):
+    if axis not in sizes:
+      raise ValueError(
+          f"{owner}: its spec {spec} names mesh axis {axis!r}, but the mesh "
+          f"has axes {tuple(sizes)} (shape {dict(sizes)}).")
+    if axis in seen:
+      raise ValueError(
+          f"{owner}: its spec {spec} uses mesh axis {axis!r} more than once.")
+    seen.add(axis)
+  if len(spec) > len(shape):
+    raise ValueError(
+        f"{owner}: its spec {spec} has {len(spec)} entries but the value has "
+        f"shape {shape} (rank {len(shape)}); a spec may not be longer than "
+        "the value's rank.")
+  for dim, entry in enumerate(spec):
+    if entry is None:
+      continue
+    axes = entry if isinstance(entry, tuple) else (entry,)
+    n = math.prod(sizes[a] for a in axes)
+    if shape[dim] % n:
+      split = " x ".join(f"{a!r} ({sizes[a]})" for a in axes)
+      raise ValueError(
+          f"{owner}: dimension {dim} of shape {shape} has size {shape[dim]}, "
+          f"which is not divisible by the {n} shards of mesh axis {split} "
+          f"that spec {spec} splits it over.")
+
+
+def shard_aval(aval: Any, spec: P, mesh: Any) -> jax.core.ShapedArray:
+  """The per-shard aval of a global ``aval`` split by ``spec`` on ``mesh``."""
+  sizes = dict(mesh.shape)
+  shape = list(aval.shape)
+  for dim, entry in enumerate(spec):
+    if entry is None:
+      continue
+    axes = entry if isinstance(entry, tuple) else (entry,)
+    shape[dim] //= math.prod(sizes[a] for a in axes)
+  return jax.core.ShapedArray(tuple(shape), aval.dtype)
+
+
+def explicit_spec(aval: Any, mesh: Any) -> P | None:
+  """The spec an Explicit-mode aval carries on ``mesh``, if any."""
+  sharding = getattr(aval, "sharding", None)
+  if sharding is None or sharding.mesh.empty:
+    return None
+  if sharding.mesh.axis_names != mesh.axis_names:
+    return None
+  return sharding.spec
+
+
+def arg_leaf_specs(in_specs: Any, args: Sequence[Any],
+                   infer: Callable[[Any], P]) -> list[list[P]]:
+  """Per-leaf specs of every positional argument.
+
+  ``in_specs`` is one PartitionSpec for all arguments, a tuple with one entry
+  per argument (each a pytree prefix of it), or None (each leaf's spec is
+  ``infer(leaf)``).
+  """
+  if in_specs is None:
+    return [[infer(x) for x in jax.tree.leaves(a)] for a in args]
+  if isinstance(in_specs, P):
+    per_arg = [in_specs] * len(args)
+  elif isinstance(in_specs, (tuple, list)):
+    if len(in_specs) != len(args):
+      raise ValueError(
+          f"in_specs has {len(in_specs)} entries but the function was called "
+          f"with {len(args)} positional argument(s); give one spec (or spec "
+          "pytree) per positional argument, or a single PartitionSpec for all "
+          "of them. Keyword arguments are always replicated and take no spec.")
+    per_arg = list(in_specs)
+  else:
+    raise TypeError(
+        "in_specs must be None, a PartitionSpec, or a tuple with one entry per "
+        f"positional argument; got {type(in_specs).__name__}.")
+  return [leaf_specs(s, a, f"positional argument {i}")
+          for i, (s, a) in enumerate(zip(per_arg, args))]
+
+
+def has_explicit_axes(mesh: Any) -> bool:
+  return any(t == AxisType.Explicit for t in mesh.axis_types)
+
+
+def named_sharding(mesh: Mesh, spec: P) -> NamedSharding:
+  return NamedSharding(mesh, spec)

@@ -1,0 +1,480 @@
+"""State objects and the per-thread stack of brainshard trace frames.
+
+A ``State`` holds a pytree of arrays in one global slot, ``_value``, that only
+ever contains concrete arrays. While a brainshard transform traces a
+function, every ``state.value`` read or write goes to the innermost
+:class:`Frame` on this thread's stack instead. The frame keeps the traced
+values for the duration of the trace and records which states were read and
+written; the transform then writes concrete results back. Tracers therefore
+never reach a State's global slot, and two threads can trace functions that
+touch the same State at the same time.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import weakref
+from typing import Any, Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from brainshard import _compat
+
+__all__ = [
+    "State", "ParamState", "ShortTermState", "LongTermState",
+    "StateTraceError",
+]
+
+
+class StateTraceError(RuntimeError):
+  """A State was used in a way that would leak a tracer or a dead value."""
+
+
+_live_states: "weakref.WeakSet[State]" = weakref.WeakSet()
+
+
+# ----------------------------------------------------------------------------
+# Values and their signatures
+
+
+Signature = tuple  # (treedef, tuple of leaf avals)
+
+
+def signature(value: Any) -> Signature:
+  leaves, treedef = jax.tree.flatten(value)
+  return treedef, tuple(map(jax.typeof, leaves))
+
+
+def describe_value(value: Any) -> str:
+  """``f32[16]`` for an array leaf, the pytree of those for a pytree."""
+  leaves, treedef = jax.tree.flatten(value)
+  shorts = [_short(x) for x in leaves]
+  if treedef == jax.tree.structure(0):
+    return shorts[0]
+  return str(jax.tree.unflatten(treedef, shorts)).replace("'", "")
+
+
+def describe_signature(sig: Signature) -> str:
+  treedef, avals = sig
+  shorts = [a.str_short() for a in avals]
+  if treedef == jax.tree.structure(0):
+    return shorts[0]
+  return str(jax.tree.unflatten(treedef, shorts)).replace("'", "")
+
+
+def _short(x: Any) -> str:
+  try:
+    return jax.typeof(x).str_short()
+  except TypeError:
+    return type(x).__name__
+
+
+def _to_array(x: Any, owner: str) -> Any:
+  if not isinstance(x, jax.Array):
+    try:
+      x = jnp.asarray(x)
+    except TypeError:
+      raise TypeError(
+          f"{owner}: a State value must be a pytree of arrays, but one leaf is "
+          f"{type(x).__name__} ({x!r:.60}).") from None
+  return x
+
+
+def _strong(x: Any) -> Any:
+  # Weak types (from Python scalars) would make `State(0.0)` and the strongly
+  # typed value a transform writes back two different signatures.
+  if jax.typeof(x).weak_type:
+    return jax.lax.convert_element_type(x, x.dtype)
+  return x
+
+
+def _canonical(value: Any, owner: str) -> Any:
+  return jax.tree.map(lambda x: _strong(_to_array(x, owner)), value)
+
+
+def _has_tracer(value: Any) -> bool:
+  return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(value))
+
+
+# ----------------------------------------------------------------------------
+# The per-thread frame stack
+
+
+class _ThreadFrames(threading.local):
+  def __init__(self):
+    self.stack: list[Frame] = []
+
+
+_frames = _ThreadFrames()
+
+
+def frame_stack() -> list["Frame"]:
+  """This thread's active frames, innermost last."""
+  return _frames.stack
+
+
+def current_frame() -> "Frame | None":
+  stack = _frames.stack
+  return stack[-1] if stack else None
+
+
+class _Slot:
+  """What one frame knows about one State."""
+  __slots__ = ("state", "value", "sig", "is_input", "written", "created")
+
+  def __init__(self, state, value, sig, *, is_input=False, created=False):
+    self.state = state
+    self.value = value
+    self.sig = sig
+    self.is_input = is_input
+    self.written = False
+    self.created = created
+
+
+class Frame:
+  """One level of brainshard tracing: holds the traced values of States.
+
+  A frame answers reads and writes of ``state.value`` while its transform
+  traces the user function. It records, in first-touch order, which states
+  were read before being written (the transform's *inputs*) and which were
+  written (its *outputs*). Subclasses decide what a state's value is on its
+  first read inside the frame (:meth:`first_read`) and how an outer aval maps
+  to an inner one (:meth:`inner_signature`, e.g. per-shard for shard_map).
+  """
+
+  def __init__(self, name: str):
+    self.name = name
+    self.slots: dict[int, _Slot] = {}
+    self.parent: Frame | None = None
+    self._trace_state = None
+
+  # -- lifetime -------------------------------------------------------------
+
+  def __enter__(self) -> "Frame":
+    stack = _frames.stack
+    self.parent = stack[-1] if stack else None
+    self._trace_state = _compat.get_opaque_trace_state()
+    stack.append(self)
+    return self
+
+  def __exit__(self, *exc) -> None:
+    stack = _frames.stack
+    assert stack and stack[-1] is self, "brainshard frame stack corrupted"
+    stack.pop()
+
+  # -- hooks ----------------------------------------------------------------
+
+  def first_read(self, state: "State", outer_value: Any) -> Any:
+    """The value of ``state`` inside this frame, given its value outside."""
+    return outer_value
+
+  def inner_signature(self, state: "State", outer_sig: Signature) -> Signature:
+    """The signature ``state`` has inside this frame, given it outside."""
+    return outer_sig
+
+  # -- the recording path ---------------------------------------------------
+
+  def inject(self, state: "State", value: Any) -> None:
+    """Makes ``value`` the state's input value in this frame."""
+    self.slots[id(state)] = _Slot(state, value, signature(value), is_input=True)
+
+  def adopt(self, state: "State", value: Any) -> None:
+    """Registers a State created while this frame is active."""
+    self.slots[id(state)] = _Slot(state, value, signature(value), created=True)
+
+  def read(self, state: "State") -> Any:
+    slot = self.slots.get(id(state))
+    if slot is None:
+      outer = self.parent.read(state) if self.parent else state._global_value()
+      value = self.first_read(state, outer)
+      slot = self.slots[id(state)] = _Slot(
+          state, value, signature(value), is_input=True)
+    return slot.value
+
+  def signature_of(self, state: "State") -> Signature:
+    slot = self.slots.get(id(state))
+    if slot is not None:
+      return slot.sig
+    outer = (self.parent.signature_of(state) if self.parent
+             else state._global_signature())
+    return self.inner_signature(state, outer)
+
+  def write(self, state: "State", value: Any) -> None:
+    if _compat.get_opaque_trace_state() != self._trace_state:
+      raise StateTraceError(
+          f"{state._label()} was written inside a JAX transform that "
+          f"brainshard does not manage (such as jax.jit, jax.vmap, "
+          f"jax.lax.scan or jax.lax.cond) nested in {self.name}. The write "
+          "would leave a tracer in the State. Write states only directly "
+          "under brainshard transforms (bs.jit, bs.shard_map, ...), or return "
+          "the value from the inner JAX transform and write it outside.")
+    ref = self.signature_of(state)
+    value = _conform(state, value, ref, self.name)
+    slot = self.slots.get(id(state))
+    if slot is None:
+      slot = self.slots[id(state)] = _Slot(state, value, ref)
+    slot.value = value
+    slot.written = True
+
+  def restore(self, state: "State", value: Any) -> None:
+    """Sets the state's value in this frame without recording a write."""
+    slot = self.slots.get(id(state))
+    if slot is None:
+      self.inject(state, value)
+    else:
+      slot.value = value
+
+  # -- results --------------------------------------------------------------
+
+  def touched_states(self) -> list["State"]:
+    return [s.state for s in self.slots.values() if not s.created]
+
+  def input_states(self) -> list["State"]:
+    return [s.state for s in self.slots.values() if s.is_input and not s.created]
+
+  def written_states(self) -> list["State"]:
+    return [s.state for s in self.slots.values() if s.written and not s.created]
+
+  def value_of(self, state: "State") -> Any:
+    return self.slots[id(state)].value
+
+
+def _conform(state: "State", value: Any, ref: Signature, where: str) -> Any:
+  """Checks a traced write keeps the state's structure, shapes and dtypes."""
+  ref_tree, ref_avals = ref
+  owner = f"{where}: {state._label()}"
+  leaves, tree = jax.tree.flatten(value)
+  if tree != ref_tree:
+    raise ValueError(
+        f"{owner} holds {describe_signature(ref)} but was written with "
+        f"{describe_value(value)}: the pytree structure differs. Inside a "
+        "transform a write must keep the state's structure, shape and dtype.")
+  out = []
+  for x, aval in zip(leaves, ref_avals):
+    x = _to_array(x, owner)
+    x_aval = jax.typeof(x)
+    if x_aval.dtype != aval.dtype and x_aval.weak_type and (
+        jax.dtypes.result_type(aval.dtype, x) == aval.dtype):
+      x = jax.lax.convert_element_type(x, aval.dtype)
+      x_aval = jax.typeof(x)
+    elif x_aval.weak_type:
+      x = jax.lax.convert_element_type(x, x_aval.dtype)
+    if x_aval.shape != aval.shape or x_aval.dtype != aval.dtype:
+      raise ValueError(
+          f"{owner} holds {describe_signature(ref)} but was written with "
+          f"{describe_value(value)}. Inside a transform a write must keep the "
+          "state's structure, shape and dtype: reshape or cast the value, or "
+          "give the state its new shape outside the transform.")
+    out.append(x)
+  return jax.tree.unflatten(tree, out)
+
+
+# ----------------------------------------------------------------------------
+# State
+
+
+class _Unset:
+  def __repr__(self):
+    return "<unset>"
+
+
+_UNSET = _Unset()
+
+
+class State:
+  """A named, mutable pytree of arrays that brainshard transforms can update.
+
+  Read and write it through ``.value``. Plain Python functions that close over
+  States can be passed to :func:`brainshard.jit` and
+  :func:`brainshard.shard_map`, which thread the values through a pure JAX
+  function and write the results back.
+
+  Args:
+    value: a pytree of arrays; Python scalars and NumPy arrays become JAX
+      arrays (with a strong dtype).
+    name: an optional name used in error messages and reprs.
+    spec: the state's default ``PartitionSpec`` for ``shard_map`` (or a pytree
+      of them matching ``value``); ``None`` means replicated.
+
+  Example:
+    >>> import brainshard as bs, jax.numpy as jnp
+    >>> v = bs.State(jnp.zeros(4), name='v')
+    >>> @bs.jit
+    ... def step(i):
+    ...   v.value = v.value + i
+    >>> step(1.0); v.value
+    Array([1., 1., 1., 1.], dtype=float32)
+  """
+
+  def __init__(self, value: Any, name: str | None = None, *, spec: Any = None):
+    if isinstance(value, State):
+      raise TypeError(
+          f"State(...) was given another State {value._label()}; pass its "
+          "value (`state.value`) instead.")
+    self.name = name
+    self.spec = spec
+    caller = sys._getframe(1)
+    while caller.f_code.co_filename == __file__:  # skip subclasses' __init__
+      caller = caller.f_back
+    self._origin = f"{caller.f_code.co_filename}:{caller.f_lineno}"
+    self._created_in: str | None = None
+    self._sig: Signature | None = None
+    self._value = _UNSET
+    frame = current_frame()
+    if frame is not None:
+      value = jax.tree.map(lambda x: _to_array(x, "State(...)"), value)
+      self._sig = signature(value)
+      self._created_in = frame.name
+      frame.adopt(self, value)
+    else:
+      self._value = self._checked_top_level(value, "created")
+    _live_states.add(self)
+
+  # -- public API -----------------------------------------------------------
+
+  @property
+  def value(self) -> Any:
+    stack = _frames.stack
+    if stack:
+      return stack[-1].read(self)
+    return self._global_value()
+
+  @value.setter
+  def value(self, new_value: Any) -> None:
+    stack = _frames.stack
+    if stack:
+      stack[-1].write(self, new_value)
+    else:
+      self._set_global(self._checked_top_level(new_value, "written"))
+
+  def restore_value(self, value: Any) -> None:
+    """Sets the value without recording a write (used to inject values)."""
+    stack = _frames.stack
+    if stack:
+      stack[-1].restore(self, value)
+    else:
+      self._set_global(self._checked_top_level(value, "restored"))
+
+  @property
+  def sharding(self) -> Any:
+    """The ``jax.sharding.Sharding`` of the current value (a pytree of them
+    for pytree values), or ``None`` where the value is traced."""
+    value = self._value
+    if value is _UNSET or _frames.stack:
+      return None
+    return jax.tree.map(lambda x: getattr(x, "sharding", None), value)
+
+  def __repr__(self) -> str:
+    parts = []
+    if self.name is not None:
+      parts.append(f"name={self.name!r}")
+    if self._value is _UNSET:
+      parts.append(f"value={describe_signature(self._sig)} (transform-local)")
+    else:
+      parts.append(f"value={describe_value(self._value)}")
+      shardings = jax.tree.leaves(self.sharding)
+      if shardings and isinstance(shardings[0], jax.sharding.NamedSharding):
+        specs = [str(s.spec) if isinstance(s, jax.sharding.NamedSharding)
+                 else "?" for s in shardings]
+        parts.append(f"sharding={specs[0] if len(specs) == 1 else specs}")
+    if self.spec is not None:
+      parts.append(f"spec={self.spec}")
+    return f"{type(self).__name__}({', '.join(parts)})"
+
+  # -- internals ------------------------------------------------------------
+
+  def _label(self) -> str:
+    if self.name is not None:
+      return f"{type(self).__name__} {self.name!r}"
+    if self._sig is not None:
+      desc = describe_signature(self._sig)
+    elif self._value is not _UNSET:
+      desc = describe_value(self._value)
+    else:
+      desc = "..."
+    return f"{type(self).__name__}({desc}) created at {self._origin}"
+
+  def _global_value(self) -> Any:
+    value = self._value
+    if value is _UNSET:
+      raise StateTraceError(
+          f"{self._label()} was created inside {self._created_in} (at "
+          f"{self._origin}) and read after that transform returned. A State "
+          "created inside a transformed function exists only while it is "
+          "traced: create it outside the function, or return its value.")
+    return value
+
+  def _global_signature(self) -> Signature:
+    value = self._global_value()  # raises for a transform-local state
+    if self._sig is None:  # computed lazily: write-backs only reset it
+      self._sig = signature(value)
+    return self._sig
+
+  def _checked_top_level(self, value: Any, action: str) -> Any:
+    if not _compat.at_top_level() or _has_tracer(value):
+      raise StateTraceError(
+          f"{self._label()} was {action} under a JAX transform that "
+          "brainshard does not manage (such as jax.jit, jax.vmap or "
+          "jax.grad), so the State would keep a tracer. Use the brainshard "
+          "transform instead (bs.jit, bs.shard_map, ...), or return the value "
+          "from the JAX-transformed function and assign it outside. Reading a "
+          "State under jax.jit is allowed: its value is captured as a "
+          "constant.")
+    return _canonical(value, self._label())
+
+  def _set_global(self, value: Any) -> None:
+    self._value = value
+    self._sig = None
+    self._created_in = None
+
+
+class ParamState(State):
+  """A trainable parameter (same behaviour as State; a type for filters)."""
+
+
+class ShortTermState(State):
+  """Fast-changing dynamics, e.g. membrane potentials or synaptic currents."""
+
+
+class LongTermState(State):
+  """Slow-changing state kept across runs, e.g. running statistics."""
+
+
+def live_states() -> Iterator[State]:
+  """Every State alive in this process (for leak checks in tests)."""
+  return iter(list(_live_states))
+
+
+def write_results(states: list[State], values: list[Any], where: str) -> None:
+  """Writes a transform's results through the recording path.
+
+  Under an enclosing brainshard frame each write is recorded there, so the
+  outer transform threads it. At top level the values replace the global
+  ones; if they are traced, the transform ran under a foreign JAX transform
+  and the write is refused (nothing is written).
+  """
+  stack = _frames.stack
+  if stack:
+    for state, value in zip(states, values):
+      stack[-1].write(state, value)
+    return
+  if states and not _compat.at_top_level():
+    raise StateTraceError(
+          f"{where} writes {states[0]._label()}, but it was called under a JAX "
+          "transform that brainshard does not manage (such as jax.jit, "
+          "jax.vmap or jax.grad), so the State would keep a tracer. Use "
+          "brainshard transforms at every level (bs.jit instead of jax.jit).")
+  for state, value in zip(states, values):
+    state._value = value
+    state._sig = None
+
+
+def current_signature(state: State) -> Signature:
+  """The state's signature as the innermost frame (or top level) sees it."""
+  stack = _frames.stack
+  if stack:
+    return stack[-1].signature_of(state)
+  return state._global_signature()
