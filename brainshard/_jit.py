@@ -20,9 +20,10 @@ import weakref
 from typing import Any, Callable, Sequence
 
 import jax
+from jax.extend.core import jaxpr_as_fun
 
 from brainshard._state import (
-    _UNSET, Frame, State, frame_stack, write_results)
+    _UNSET, Frame, State, current_signature, frame_stack, write_results)
 from brainshard._stateful import (
     StatefulFunction, _normalize_argnames, _normalize_argnums, fun_name)
 
@@ -93,6 +94,10 @@ class _Plan:
 
   def _pure(self, donated_vals, kept_vals, *args, **kwargs):
     core = self.core
+    if core.stateful is not None:
+      replayed = self._replay_discovery(donated_vals, kept_vals, args, kwargs)
+      if replayed is not None:
+        return replayed
     frame = ReplayFrame(core.name)
     with frame:
       for s, v in zip(self.donated, donated_vals):
@@ -107,6 +112,24 @@ class _Plan:
       # A known write this trace skipped keeps the value it came in with.
       new_vals = [frame.read(s) for s in self.writes]
     return out, new_vals
+
+  def _replay_discovery(self, donated_vals, kept_vals, args, kwargs):
+    """Evaluates the discovery's jaxpr when it was traced for exactly this
+    signature and state set, so the first call runs the Python body once.
+    Returns None where a fresh trace of the function is needed."""
+    stateful = self.core.stateful
+    split = stateful._split(args, kwargs)
+    d = stateful._cache.get(split.key)
+    if d is None or {id(s) for s in d.read_states} != {
+        id(s) for s in self.reads} or d.write_states != self.writes:
+      return None
+    if any(current_signature(s) != sig
+           for s, sig in zip(d.states, d.state_sigs)):
+      return None  # a state changed shape or dtype since that discovery
+    by_id = {id(s): v for s, v in zip(self.reads, [*donated_vals, *kept_vals])}
+    read_leaves = jax.tree.leaves([by_id[id(s)] for s in d.read_states])
+    outs = jaxpr_as_fun(d.jaxpr)(*split.dyn_leaves, *read_leaves)
+    return jax.tree.unflatten(d.out_tree, outs)
 
   def jit_args(self, args, kwargs) -> tuple:
     """The positional and keyword arguments of ``self.jitted``."""
@@ -134,12 +157,15 @@ class StatefulJit:
       call.
     place: optional ``(plan, donated, kept, args, kwargs) -> (jit_args,
       jit_kwargs)`` that puts inputs where the program expects them.
+    stateful: the StatefulFunction whose cached discoveries ``jax.jit`` may
+      evaluate instead of running the Python function again.
   """
 
   def __init__(self, fun: Callable, name: str, *,
                discover: Callable, static_argnums=(), static_argnames=(),
                donate_argnums=(), donate_states=False, jit_kwargs=None,
-               place: Callable | None = None):
+               place: Callable | None = None,
+               stateful: StatefulFunction | None = None):
     self.fun = fun
     self.name = name
     self.discover = discover
@@ -149,6 +175,7 @@ class StatefulJit:
     self.donate_states = donate_states
     self.jit_kwargs = jit_kwargs or {}
     self.place = place
+    self.stateful = stateful
     self.plan: _Plan | None = None
 
   def plan_for(self, args, kwargs) -> _Plan:
@@ -215,7 +242,8 @@ class JittedFunction:
         fun, self.name, discover=self._discover,
         static_argnums=static_argnums, static_argnames=static_argnames,
         donate_argnums=self.donate_argnums, donate_states=self.donate_states,
-        jit_kwargs=_sharding_kwargs(self.name, in_shardings, out_shardings))
+        jit_kwargs=_sharding_kwargs(self.name, in_shardings, out_shardings),
+        stateful=self.stateful)
     self._bound: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
     functools.update_wrapper(self, fun)
 

@@ -256,10 +256,16 @@ class ShardMappedFunction:
 
   def _note_replicated_states(self, e: BaseException,
                               touched: list[tuple[State, list[P]]]) -> None:
+    if not isinstance(e, (TypeError, ValueError)):
+      return
+    # Only where the error is about a replicated state's (global) shape: a
+    # user's own exception must arrive exactly as raised.
+    message = str(e)
     replicated = [s for s, specs in touched
                   if all(len(p) == 0 for p in specs)
-                  and any(a.shape for a in current_signature(s)[1])]
-    if not replicated or not isinstance(e, (TypeError, ValueError)):
+                  and any(a.shape and str(tuple(a.shape)) in message
+                          for a in current_signature(s)[1])]
+    if not replicated:
       return
     names = ", ".join(
         f"{s._label()} ({describe_signature(current_signature(s))})"
@@ -312,7 +318,7 @@ class ShardMappedFunction:
 
   def _body(self, mesh: Any, plan: _Plan) -> Callable:
     def body(read_vals, args, kwargs):
-      frame = ReplayFrame(self.name)
+      frame = _ShardFrame(self.name, mesh, plan)
       with frame:
         for s, v in zip(plan.reads, read_vals):
           frame.inject(s, v)
@@ -352,6 +358,24 @@ class ShardMappedFunction:
               f"jax.lax.psum / pmean / all_gather over {axis!r}.")
 
 
+class _ShardFrame(ReplayFrame):
+  """The frame of a shard_map body: states have per-shard shapes here, also
+  the ones that are written without being read first."""
+
+  def __init__(self, name: str, mesh: Any, plan: _Plan):
+    super().__init__(name)
+    self.mesh = mesh
+    self.plan = plan
+
+  def inner_signature(self, state: State, outer_sig: Signature) -> Signature:
+    specs = self.plan.write_specs.get(id(state))
+    if specs is None:
+      return outer_sig
+    treedef, avals = outer_sig
+    return treedef, tuple(
+        shard_aval(a, spec, self.mesh) for a, spec in zip(avals, specs))
+
+
 def _reshard(value: Any, spec_tree: Any, mesh: Any) -> Any:
   """Reshards Explicit-mode leaves whose sharding type differs from the
   spec; values already placed right pass through untouched."""
@@ -387,12 +411,15 @@ class _Placement:
       s = self._shardings[spec] = NamedSharding(self.mesh, spec)
     return s
 
-  def _put(self, value: Any, specs: Sequence[P]) -> Any:
+  def _put(self, value: Any, specs: Sequence[P], owner: Callable[[], str]) -> Any:
     leaves, treedef = jax.tree.flatten(value)
     out = []
     for x, spec in zip(leaves, specs):
       target = self._sharding(spec)
-      if not (isinstance(x, jax.Array) and x.sharding == target):
+      if not (isinstance(x, jax.Array) and _same_placement(x, target)):
+        # Validate first: a shape the mesh cannot split (say, a state given a
+        # new shape between calls) must name the state, not fail in JAX.
+        check_spec(spec, jax.typeof(x).shape, self.mesh, owner())
         x = jax.device_put(x, target)
       out.append(x)
     return jax.tree.unflatten(treedef, out)
@@ -416,16 +443,31 @@ class _Placement:
           self.owner.in_specs, args, None)
     return specs
 
+  def _put_state(self, state: State, value: Any) -> Any:
+    return self._put(value, self._specs_of_state(state, value),
+                     lambda: f"{self.owner.name}: {state._label()}")
+
   def place(self, jit_plan, donated, kept, args, kwargs):
-    donated = [self._put(v, self._specs_of_state(s, v))
-               for s, v in zip(jit_plan.donated, donated)]
-    kept = [self._put(v, self._specs_of_state(s, v))
-            for s, v in zip(jit_plan.kept, kept)]
-    args = tuple(self._put(a, specs)
-                 for a, specs in zip(args, self._specs_of_args(args)))
-    kwargs = {k: self._put(v, [P()] * len(jax.tree.leaves(v)))
+    donated = [self._put_state(s, v) for s, v in zip(jit_plan.donated, donated)]
+    kept = [self._put_state(s, v) for s, v in zip(jit_plan.kept, kept)]
+    name = self.owner.name
+    args = tuple(
+        self._put(a, specs, lambda i=i: f"{name}: positional argument {i}")
+        for i, (a, specs) in enumerate(zip(args, self._specs_of_args(args))))
+    kwargs = {k: self._put(v, [P()] * len(jax.tree.leaves(v)),
+                           lambda k=k: f"{name}: keyword argument {k!r}")
               for k, v in kwargs.items()}
     return (donated, kept, *args), kwargs
+
+
+def _same_placement(x: jax.Array, target: NamedSharding) -> bool:
+  """Whether ``x`` already lies as ``target`` says. JAX may spell an equal
+  spec differently (``P('x', None)`` for ``P('x')``), so compare canonically."""
+  s = x.sharding
+  if s == target:
+    return True
+  return (isinstance(s, NamedSharding) and s.mesh == target.mesh and
+          _canonical(s.spec, x.ndim) == _canonical(target.spec, x.ndim))
 
 
 def shard_map(fun: Callable | None = None, mesh: Any = None,

@@ -360,12 +360,16 @@ class State:
 
   @property
   def sharding(self) -> Any:
-    """The ``jax.sharding.Sharding`` of the current value (a pytree of them
-    for pytree values), or ``None`` where the value is traced."""
+    """The ``NamedSharding`` of the current value (a pytree of them for a
+    pytree value), or ``None`` where the value is not on a mesh (a single
+    device) or is being traced."""
     value = self._value
     if value is _UNSET or _frames.stack:
       return None
-    return jax.tree.map(lambda x: getattr(x, "sharding", None), value)
+    def named(x):
+      s = getattr(x, "sharding", None)
+      return s if isinstance(s, jax.sharding.NamedSharding) else None
+    return jax.tree.map(named, value)
 
   def __repr__(self) -> str:
     parts = []
@@ -376,9 +380,8 @@ class State:
     else:
       parts.append(f"value={describe_value(self._value)}")
       shardings = jax.tree.leaves(self.sharding)
-      if shardings and isinstance(shardings[0], jax.sharding.NamedSharding):
-        specs = [str(s.spec) if isinstance(s, jax.sharding.NamedSharding)
-                 else "?" for s in shardings]
+      if shardings:
+        specs = [str(s.spec) for s in shardings]
         parts.append(f"sharding={specs[0] if len(specs) == 1 else specs}")
     if self.spec is not None:
       parts.append(f"spec={self.spec}")

@@ -1,0 +1,467 @@
+"""Stateful jit: fresh reads, persistent writes, caching, decorator forms,
+methods, static args, donation, shardings, AOT stages and nesting."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import brainshard as bs
+from _util import count_compiles, mesh
+
+
+# ----------------------------------------------------------------------------
+# reads and writes
+
+
+def test_reads_see_current_value_every_call_without_retrace():
+  s = bs.State(jnp.arange(4.0), name="s")
+  traces = []
+
+  @bs.jit
+  def f(x):
+    traces.append(1)
+    return s.value * x
+
+  np.testing.assert_array_equal(f(2.0), np.arange(4.0) * 2)
+  n = len(traces)
+  s.value = jnp.full(4, 10.0)  # changed outside between calls
+  np.testing.assert_array_equal(f(2.0), np.full(4, 20.0))
+  s.restore_value(jnp.full(4, -1.0))
+  np.testing.assert_array_equal(f(3.0), np.full(4, -3.0))
+  assert len(traces) == n
+
+
+def test_writes_persist():
+  s = bs.State(jnp.zeros(3), name="s")
+  count = bs.State(0, name="count")
+
+  @bs.jit
+  def step(x):
+    s.value = s.value + x
+    count.value = count.value + 1
+    return s.value.sum()
+
+  expected = np.zeros(3)
+  for i in range(4):
+    out = step(float(i))
+    expected = expected + i
+    np.testing.assert_allclose(out, expected.sum())
+  np.testing.assert_array_equal(s.value, expected)
+  assert int(count.value) == 4
+  assert s.value.dtype == jnp.float32 and count.value.dtype == jnp.int32
+  assert not jax.typeof(count.value).weak_type
+
+
+def test_python_scalar_write_keeps_state_dtype():
+  s = bs.State(jnp.zeros((), jnp.float32), name="s")
+
+  @bs.jit
+  def f():
+    s.value = 2.5
+
+  f()
+  assert s.value.dtype == jnp.float32 and float(s.value) == 2.5
+  assert not jax.typeof(s.value).weak_type
+
+
+def test_pytree_state_and_outputs():
+  s = bs.State({"v": jnp.zeros(2), "n": jnp.zeros((), jnp.int32)}, name="s")
+
+  @bs.jit
+  def f(x):
+    s.value = {"v": s.value["v"] + x, "n": s.value["n"] + 1}
+    return {"sum": s.value["v"].sum(), "n": s.value["n"]}
+
+  f(1.0)
+  out = f(2.0)
+  np.testing.assert_array_equal(s.value["v"], [3.0, 3.0])
+  assert int(s.value["n"]) == 2
+  assert float(out["sum"]) == 6.0 and int(out["n"]) == 2
+
+
+# ----------------------------------------------------------------------------
+# trace and compile counts
+
+
+def test_one_trace_and_one_compile_per_signature():
+  s = bs.State(jnp.zeros(3), name="s")
+  traces = []
+
+  @bs.jit
+  def f(x):
+    traces.append(jax.typeof(x).shape)
+    s.value = s.value + x.sum()
+    return x * 2
+
+  # inputs are made before counting: creating arrays may compile too
+  x3 = [jnp.full(3, float(i), jnp.float32) for i in range(4)]
+  x5 = jnp.ones(5)
+  with count_compiles() as compiles:
+    f(x3[1])
+  assert compiles.count == 1
+  first = len(traces)
+  with count_compiles() as compiles:
+    for i in range(3):
+      f(x3[i])
+  assert len(traces) == first
+  assert compiles.count == 0
+  with count_compiles() as compiles:
+    f(x5)  # new signature: exactly one more trace and compile
+    f(x5)
+  assert len(traces) == first + 1
+  assert compiles.count == 1
+  with count_compiles() as compiles:
+    f(x3[1])  # back to the first signature: cached
+  assert len(traces) == first + 1
+  assert compiles.count == 0
+  np.testing.assert_allclose(s.value, np.full(3, 3 + (0 + 3 + 6) + 5 + 5 + 3))
+
+
+def test_first_call_traces_once():
+  """The issue asks for one trace per signature; the first call should run
+  the Python body once (not once for discovery and again for jax.jit)."""
+  s = bs.State(jnp.zeros(3), name="s")
+  traces = []
+
+  @bs.jit
+  def f(x):
+    traces.append(1)
+    s.value = s.value + x
+
+  f(1.0)
+  assert len(traces) == 1
+
+
+def test_state_shape_change_outside_retraces_once():
+  s = bs.State(jnp.zeros(3), name="s")
+  traces = []
+
+  @bs.jit
+  def f():
+    traces.append(1)
+    s.value = s.value + 1
+
+  f()
+  n = len(traces)
+  s.value = jnp.zeros(6)
+  f()
+  assert len(traces) == n + 1
+  np.testing.assert_array_equal(s.value, np.ones(6))
+  f()
+  assert len(traces) == n + 1
+  np.testing.assert_array_equal(s.value, np.full(6, 2.0))
+
+
+def test_static_flag_that_touches_a_new_state():
+  a = bs.State(jnp.zeros(2), name="a")
+  b = bs.State(jnp.zeros(2), name="b")
+
+  @bs.jit(static_argnums=1)
+  def f(x, also_b):
+    a.value = a.value + x
+    if also_b:
+      b.value = b.value + 10 * x
+
+  f(1.0, False)
+  f(1.0, True)
+  f(1.0, False)
+  np.testing.assert_array_equal(a.value, [3.0, 3.0])
+  np.testing.assert_array_equal(b.value, [10.0, 10.0])
+
+
+# ----------------------------------------------------------------------------
+# decorator forms and methods
+
+
+def test_decorator_with_and_without_arguments():
+  s = bs.State(jnp.zeros(()), name="s")
+
+  @bs.jit
+  def f(x):
+    s.value = s.value + x
+    return s.value
+
+  @bs.jit()
+  def g(x):
+    s.value = s.value * x
+    return s.value
+
+  @bs.jit(static_argnums=(1,))
+  def h(x, k):
+    s.value = s.value - k * x
+    return s.value
+
+  k = bs.jit(lambda x: s.value + x)  # call form
+
+  assert float(f(2.0)) == 2.0
+  assert float(g(3.0)) == 6.0
+  assert float(h(1.0, 4)) == 2.0
+  assert float(k(1.0)) == 3.0
+  assert float(s.value) == 2.0
+  assert f.__name__ == "f" and h.__name__ == "h"
+
+
+class _Neuron:
+  def __init__(self, n, tau):
+    self.v = bs.ShortTermState(jnp.zeros(n), name="v")
+    self.tau = bs.ParamState(jnp.asarray(tau, jnp.float32), name="tau")
+    self.traces = 0
+
+  @bs.jit
+  def step(self, inp):
+    self.traces += 1
+    self.v.value = self.v.value + (inp - self.v.value) / self.tau.value
+    return self.v.value.mean()
+
+  @bs.jit(static_argnums=2)
+  def run(self, inp, n):
+    for _ in range(n):
+      self.step(inp)
+    return self.v.value
+
+
+def test_method_on_two_independent_instances():
+  a, b = _Neuron(3, 2.0), _Neuron(3, 4.0)
+  for _ in range(3):
+    a.step(1.0)
+  b.step(2.0)
+  va, vb = 0.0, 0.0
+  for _ in range(3):
+    va = va + (1.0 - va) / 2.0
+  vb = vb + (2.0 - vb) / 4.0
+  np.testing.assert_allclose(a.v.value, np.full(3, va), rtol=1e-6)
+  np.testing.assert_allclose(b.v.value, np.full(3, vb), rtol=1e-6)
+  ta, tb = a.traces, b.traces
+  a.step(1.0)
+  b.step(1.0)
+  assert (a.traces, b.traces) == (ta, tb)
+
+
+def test_method_with_static_arg_nesting_another_method():
+  a = _Neuron(2, 2.0)
+  out = a.run(1.0, 3)
+  v = 0.0
+  for _ in range(3):
+    v = v + (1.0 - v) / 2.0
+  np.testing.assert_allclose(out, np.full(2, v), rtol=1e-6)
+  np.testing.assert_allclose(a.v.value, np.full(2, v), rtol=1e-6)
+
+
+@pytest.mark.parametrize("form", ["position", "name", "both"])
+def test_static_args_by_position_and_by_name(form):
+  s = bs.State(jnp.zeros(2), name="s")
+  traces = []
+  kw = {"position": dict(static_argnums=1), "name": dict(static_argnames="n"),
+        "both": dict(static_argnums=1, static_argnames="n")}[form]
+
+  @bs.jit(**kw)
+  def f(x, n):
+    traces.append(n)
+    for _ in range(n):  # needs a Python int
+      s.value = s.value + x
+    return s.value
+
+  f(1.0, 2)
+  f(1.0, n=2)
+  f(2.0, 3)
+  f(2.0, n=3)
+  np.testing.assert_array_equal(s.value, np.full(2, 1 * 2 + 1 * 2 + 2 * 3 + 2 * 3))
+  # only two distinct static values were seen
+  assert set(traces) == {2, 3}
+
+
+# ----------------------------------------------------------------------------
+# donation
+
+
+def test_donate_states_deletes_old_buffer_of_read_written_state():
+  rw = bs.State(jnp.zeros(16), name="rw")
+  ro = bs.State(jnp.ones(16), name="ro")
+  wo = bs.State(jnp.zeros(16), name="wo")
+
+  @bs.jit(donate_states=True)
+  def step(x):
+    rw.value = rw.value + ro.value * x
+    wo.value = jnp.full(16, x)
+
+  step(1.0)
+  old_rw, old_ro = rw.value, ro.value
+  step(2.0)
+  assert old_rw.is_deleted()
+  assert not old_ro.is_deleted()  # only read: not donated
+  np.testing.assert_array_equal(rw.value, np.full(16, 3.0))
+  np.testing.assert_array_equal(ro.value, np.ones(16))
+  np.testing.assert_array_equal(wo.value, np.full(16, 2.0))
+
+
+def test_without_donation_old_buffers_live():
+  rw = bs.State(jnp.zeros(16), name="rw")
+
+  @bs.jit
+  def step(x):
+    rw.value = rw.value + x
+
+  step(1.0)
+  old = rw.value
+  step(1.0)
+  assert not old.is_deleted()
+  np.testing.assert_array_equal(old, np.ones(16))
+
+
+def test_donate_argnums():
+  s = bs.State(jnp.zeros(8), name="s")
+
+  @bs.jit(donate_argnums=0)
+  def f(x):
+    s.value = s.value + x
+    return x * 2
+
+  x = jnp.ones(8)
+  out = f(x)
+  assert x.is_deleted()
+  np.testing.assert_array_equal(out, np.full(8, 2.0))
+  np.testing.assert_array_equal(s.value, np.ones(8))
+
+
+# ----------------------------------------------------------------------------
+# shardings
+
+
+def test_in_and_out_shardings(axis_type):
+  m = mesh((4,), ("x",), axis_type)
+  s = bs.State(jnp.zeros(8), name="s")
+
+  @bs.jit(in_shardings=(NamedSharding(m, P("x")),),
+          out_shardings=NamedSharding(m, P()))
+  def f(x):
+    s.value = s.value + x
+    return x * 3
+
+  x = jax.device_put(jnp.arange(8.0), NamedSharding(m, P("x")))
+  out = f(x)
+  assert out.sharding == NamedSharding(m, P())
+  np.testing.assert_array_equal(out, np.arange(8.0) * 3)
+  f(x)
+  np.testing.assert_array_equal(s.value, np.arange(8.0) * 2)
+
+
+def test_in_shardings_must_be_a_tuple():
+  m = mesh((2,), ("x",))
+  with pytest.raises(TypeError, match="in_shardings"):
+    bs.jit(lambda x: x, in_shardings=NamedSharding(m, P("x")))
+
+
+# ----------------------------------------------------------------------------
+# lower / compile / eval_shape
+
+
+def test_lower_compile_call_writes_states():
+  s = bs.State(jnp.zeros(4), name="s")
+  traces = []
+
+  @bs.jit
+  def f(x):
+    traces.append(1)
+    s.value = jnp.sin(s.value + x)
+    return s.value.sum()
+
+  lowered = f.lower(1.0)
+  assert "sine" in lowered.as_text()
+  compiled = lowered.compile()
+  np.testing.assert_array_equal(s.value, np.zeros(4))  # lowering writes nothing
+  n = len(traces)
+  out1 = compiled(1.0)
+  expected = np.sin(np.zeros(4, np.float32) + 1)
+  np.testing.assert_allclose(s.value, expected, rtol=1e-6)
+  np.testing.assert_allclose(out1, expected.sum(), rtol=1e-6)
+  compiled(0.5)
+  expected = np.sin(expected + 0.5)
+  np.testing.assert_allclose(s.value, expected, rtol=1e-6)
+  assert len(traces) == n
+  # the jitted function agrees with the compiled one
+  f(0.25)
+  np.testing.assert_allclose(s.value, np.sin(expected + 0.25), rtol=1e-6)
+
+
+def test_eval_shape_returns_shapes_and_writes_nothing():
+  s = bs.State(jnp.arange(3.0), name="s")
+
+  @bs.jit
+  def f(x):
+    s.value = s.value * 100
+    return {"a": x[:, None] * s.value, "b": jnp.sum(x).astype(jnp.int32)}
+
+  shapes = f.eval_shape(jnp.ones(5))
+  assert isinstance(shapes["a"], jax.ShapeDtypeStruct)
+  assert shapes["a"].shape == (5, 3) and shapes["a"].dtype == jnp.float32
+  assert shapes["b"].shape == () and shapes["b"].dtype == jnp.int32
+  np.testing.assert_array_equal(s.value, np.arange(3.0))
+
+
+# ----------------------------------------------------------------------------
+# nesting
+
+
+def test_jit_inside_jit():
+  s = bs.State(jnp.zeros(2), name="s")
+  inner_traces, outer_traces = [], []
+
+  @bs.jit
+  def inner(x):
+    inner_traces.append(1)
+    s.value = s.value + x
+    return s.value.sum()
+
+  @bs.jit
+  def outer(x):
+    outer_traces.append(1)
+    a = inner(x)
+    b = inner(2 * x)
+    return a + b
+
+  out = outer(1.0)
+  np.testing.assert_array_equal(s.value, [3.0, 3.0])
+  assert float(out) == 2.0 + 6.0
+  n_in, n_out = len(inner_traces), len(outer_traces)
+  out = outer(1.0)
+  np.testing.assert_array_equal(s.value, [6.0, 6.0])
+  assert float(out) == 8.0 + 12.0
+  assert (len(inner_traces), len(outer_traces)) == (n_in, n_out)
+  # the inner function still works on its own
+  inner(1.0)
+  np.testing.assert_array_equal(s.value, [7.0, 7.0])
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 8])
+def test_jit_of_shard_map_writes_states_and_matches_unsharded(n, axis_type):
+  m = mesh((n,), ("x",), axis_type)
+  v = bs.State(jnp.zeros(16), name="v")
+  w = bs.State(2.0, name="w")
+  traces = []
+
+  def step(x):
+    traces.append(1)
+    v.value = v.value * 0.5 + x * w.value
+    return jax.lax.psum(v.value.sum(), "x")
+
+  f = bs.jit(bs.shard_map(step, m, (P("x"),), P(), state_in_specs={v: P("x")}))
+  x = np.arange(16, dtype=np.float32)
+  ref = np.zeros(16, np.float32)
+  for i in range(3):
+    out = f(jnp.asarray(x + i))
+    ref = ref * 0.5 + (x + i) * 2.0
+    np.testing.assert_allclose(out, ref.sum(), rtol=1e-6)
+    np.testing.assert_allclose(v.value, ref, rtol=1e-6)
+  assert float(w.value) == 2.0
+  n_traces = len(traces)
+  with count_compiles() as compiles:
+    f(jnp.asarray(x))
+  assert len(traces) == n_traces
+  assert compiles.count == 0
+  assert isinstance(v.sharding, NamedSharding)
+  assert v.sharding.mesh == m
+  assert v.sharding.is_equivalent_to(NamedSharding(m, P("x")), 1)
+  if n > 1:
+    assert v.sharding.spec == P("x")
