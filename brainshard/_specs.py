@@ -10,13 +10,14 @@ import math
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, PartitionSpec as P
 
 from brainshard._state import State, describe_value
 
 __all__ = [
     "StateSpecs", "check_state_specs_arg", "resolve_state_spec",
     "leaf_specs", "check_spec", "shard_aval", "arg_leaf_specs",
+    "explicit_spec", "has_explicit_axes", "spec_axes",
 ]
 
 # `state_in_specs` / `state_out_specs`: None, one spec, or a dict keyed by
@@ -193,7 +194,3 @@ def arg_leaf_specs(in_specs: Any, args: Sequence[Any],
 
 def has_explicit_axes(mesh: Any) -> bool:
   return any(t == AxisType.Explicit for t in mesh.axis_types)
-
-
-def named_sharding(mesh: Mesh, spec: P) -> NamedSharding:
-  return NamedSharding(mesh, spec)

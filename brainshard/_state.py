@@ -19,7 +19,6 @@ from typing import Any, Iterator
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from brainshard import _compat
 

@@ -184,12 +184,10 @@ class StatefulFunction:
         written = [frame.value_of(s) for s in frame.written_states()]
       return out, written
 
-    sigs_before = None
     closed, shapes = jax.make_jaxpr(
         traced, axis_env=self.axis_env, return_shape=True)(*split.dyn_leaves)
     frame = frame_box[-1]
     states = tuple(frame.touched_states())
-    sigs_before = tuple(current_signature(s) for s in states)
     return Discovery(
         states=states,
         read_states=tuple(frame.input_states()),
@@ -197,7 +195,7 @@ class StatefulFunction:
         jaxpr=closed,
         out_tree=jax.tree.structure(shapes),
         out_shapes=shapes[0],
-        state_sigs=sigs_before)
+        state_sigs=tuple(current_signature(s) for s in states))
 
   # -- public API -----------------------------------------------------------
 
