@@ -30,7 +30,7 @@ from brainshard._state import (
     frame_stack, write_results)
 from brainshard._stateful import StatefulFunction, fun_name
 
-__all__ = ["shard_map", "ShardMappedFunction"]
+__all__ = ["shard_map", "ShardMappedFunction", "ShardFrame", "manual_axes"]
 
 _NO_MATCH = object()
 
@@ -62,6 +62,28 @@ def _canonical(spec: P, ndim: int) -> tuple:
   entries = list(spec) + [None] * (ndim - len(spec))
   return tuple(e if not (isinstance(e, tuple) and len(e) == 1) else e[0]
                for e in entries)
+
+
+class ShardFrame(ReplayFrame):
+  """The frame of a ``shard_map`` body: also knows its manual mesh axes.
+
+  Code that must behave per shard (random draws, progress reporting) finds
+  the enclosing bodies with :func:`manual_axes`.
+  """
+
+  def __init__(self, name: str, axes: tuple[tuple[str, int], ...]):
+    super().__init__(name)
+    self.axes = axes  # (axis name, size) of each manual axis, mesh order
+
+
+def manual_axes() -> tuple[tuple[str, int], ...]:
+  """``(axis name, size)`` of every manual mesh axis of the ``bs.shard_map``
+  bodies being traced on this thread, outermost first (empty outside)."""
+  axes: list[tuple[str, int]] = []
+  for frame in frame_stack():
+    if isinstance(frame, ShardFrame):
+      axes.extend(a for a in frame.axes if a not in axes)
+  return tuple(axes)
 
 
 class _Signature(NamedTuple):
@@ -311,8 +333,10 @@ class ShardMappedFunction:
     return out
 
   def _body(self, mesh: Any, plan: _Plan) -> Callable:
+    axes = tuple((a, mesh.shape[a]) for a in self._manual_axes(mesh))
+
     def body(read_vals, args, kwargs):
-      frame = ReplayFrame(self.name)
+      frame = ShardFrame(self.name, axes)
       with frame:
         for s, v in zip(plan.reads, read_vals):
           frame.inject(s, v)
