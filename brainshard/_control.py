@@ -34,7 +34,8 @@ from brainshard._state import State, StateTraceError, frame_stack
 from brainshard._stateful import StatefulFunction, _DiscoveryFrame
 
 __all__ = ["Touched", "discover", "run_body", "eager_call", "is_eager",
-           "union", "avals_of", "vma_tree", "join_vma", "cast_varying"]
+           "union", "avals_of", "vma_tree", "join_vma", "cast_varying",
+           "manual_axes"]
 
 
 class Touched(NamedTuple):
@@ -123,6 +124,20 @@ def union(*groups: Sequence[State]) -> tuple[State, ...]:
 # Varying manual axes (inside shard_map)
 
 
+def manual_axes() -> tuple[tuple[str, int], ...]:
+  """``(axis name, size)`` of every manual mesh axis of the ``bs.shard_map``
+  bodies being traced on this thread, outermost first (empty outside one).
+
+  A shard_map body's frame carries its axes as ``manual_axes``.
+  """
+  axes: list[tuple[str, int]] = []
+  for frame in frame_stack():
+    for axis in getattr(frame, "manual_axes", ()):
+      if axis not in axes:
+        axes.append(axis)
+  return tuple(axes)
+
+
 def vma_tree(avals: Any) -> Any:
   """The varying manual axes (a frozenset) of each aval in a pytree."""
   return jax.tree.map(_compat.varying_axes, avals)
@@ -161,20 +176,19 @@ def is_eager() -> bool:
 class _WeakFun:
   """Holds a function (or bound method) without keeping it alive.
 
-  The eager cache is keyed weakly by the user function; the compiled
-  program must not keep that key alive, or the cache would never drop it.
+  The eager cache is keyed by the user function(s); the compiled program
+  must not keep them alive, or the cache would never drop its entry.
+  ``on_death`` runs when the function (or the method's object) is collected.
   """
-  __slots__ = ("_ref", "_func", "key")
+  __slots__ = ("_ref", "_func")
 
-  def __init__(self, fun: Callable):
+  def __init__(self, fun: Callable, on_death: Callable | None = None):
     if inspect.ismethod(fun):
-      self._ref = weakref.ref(fun.__self__)
+      self._ref = weakref.ref(fun.__self__, on_death)
       self._func = fun.__func__
-      self.key = (self._ref, self._func)
     else:
-      self._ref = weakref.ref(fun)
+      self._ref = weakref.ref(fun, on_death)
       self._func = None
-      self.key = self._ref
 
   def __call__(self) -> Callable:
     obj = self._ref()
@@ -183,11 +197,16 @@ class _WeakFun:
     return obj if self._func is None else types.MethodType(self._func, obj)
 
 
-def _anchor(fun: Callable) -> Any:
-  return fun.__self__ if inspect.ismethod(fun) else fun
+def _cache_key(fun: Callable) -> Hashable:
+  """Equal for the same function or the same method of the same object;
+  raises TypeError for callables that take no weak references."""
+  if inspect.ismethod(fun):
+    return weakref.ref(fun.__self__), fun.__func__
+  return weakref.ref(fun)
 
 
-_eager_cache: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+# (functions' keys, static configuration) -> the compiled runner
+_eager_cache: dict[Hashable, StatefulJit] = {}
 
 
 def eager_call(name: str, funs: Sequence[Callable], static: Hashable,
@@ -196,17 +215,19 @@ def eager_call(name: str, funs: Sequence[Callable], static: Hashable,
 
   ``impl(*funs)`` returns the traced implementation, a function of ``args``
   (dynamic arrays only). Programs are cached per user function(s) and
-  ``static`` configuration; ``jax.jit`` caches per argument signature.
+  ``static`` configuration, and dropped when a function is collected;
+  ``jax.jit`` caches per argument signature.
   """
   try:
-    weak = [_WeakFun(f) for f in funs]
-    table = _eager_cache.setdefault(_anchor(funs[0]), {})
-  except TypeError:  # a callable that takes no weak references: no cache
+    key = (tuple(_cache_key(f) for f in funs), static)
+    runner = _eager_cache.get(key)
+  except TypeError:  # a callable without weak references: no cache
     return _make_runner(name, lambda: list(funs), impl)(*args)
-  key = (tuple(w.key for w in weak), static)
-  runner = table.get(key)
   if runner is None:
-    runner = table[key] = _make_runner(name, lambda: [w() for w in weak], impl)
+    drop = lambda _ref: _eager_cache.pop(key, None)  # noqa: E731
+    weak = [_WeakFun(f, drop) for f in funs]
+    runner = _eager_cache[key] = _make_runner(
+        name, lambda: [w() for w in weak], impl)
   return runner(*args)
 
 

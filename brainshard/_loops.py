@@ -36,12 +36,6 @@ def _scan_length(xs: Any, length: int | None, name: str) -> int:
           f"is {_describe(x)}.")
     lengths.add(shape[0])
   if length is not None:
-    try:
-      length = int(length)
-    except (TypeError, jax.errors.ConcretizationTypeError):
-      raise TypeError(
-          f"{name}: length must be a concrete int (got {length!r}); for a "
-          "data-dependent number of steps use bs.while_loop.") from None
     lengths.add(length)
   if not lengths:
     raise ValueError(
@@ -52,6 +46,17 @@ def _scan_length(xs: Any, length: int | None, name: str) -> int:
         f"{name}: the values to loop over disagree on the number of steps "
         f"(leading axes / length: {sorted(lengths)}).")
   return lengths.pop()
+
+
+def _static_length(length: Any, name: str) -> int | None:
+  if length is None:
+    return None
+  try:
+    return int(length)
+  except (TypeError, jax.errors.ConcretizationTypeError):
+    raise TypeError(
+        f"{name}: length must be a concrete int (got {length!r}); for a "
+        "data-dependent number of steps use bs.while_loop.") from None
 
 
 def _describe(x: Any) -> str:
@@ -191,8 +196,8 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None,
   """
   name = f"bs.scan({fun_name(f)})"
   pbar = as_progress_bar(pbar)
-  options = dict(length=length, reverse=bool(reverse), unroll=unroll,
-                 pbar=pbar, name=name)
+  options = dict(length=_static_length(length, name), reverse=bool(reverse),
+                 unroll=unroll, pbar=pbar, name=name)
 
   def impl(fun):
     return lambda init, xs: _scan_traced(fun, init, xs, **options)
@@ -234,8 +239,8 @@ def for_loop(f: Callable, *xs: Any, length: int | None = None,
   """
   name = f"bs.for_loop({fun_name(f)})"
   pbar = as_progress_bar(pbar)
-  options = dict(length=length, reverse=bool(reverse), unroll=unroll,
-                 pbar=pbar, name=name)
+  options = dict(length=_static_length(length, name), reverse=bool(reverse),
+                 unroll=unroll, pbar=pbar, name=name)
 
   def impl(fun):
     step = functools.partial(_step, fun)

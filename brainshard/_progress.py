@@ -19,6 +19,8 @@ from typing import Any, IO
 import jax
 import jax.numpy as jnp
 
+from brainshard._control import manual_axes
+
 __all__ = ["ProgressBar", "as_progress_bar"]
 
 
@@ -123,7 +125,6 @@ class _Ticker:
 
 def _first_shard() -> Any:
   """Inside ``bs.shard_map`` bodies: is this the first shard? (else None)."""
-  from brainshard._shard_map import manual_axes  # avoid an import cycle
   axes = manual_axes()
   if not axes:
     return None

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from brainshard import _compat
+from brainshard._control import manual_axes
 from brainshard._state import State, frame_stack
 
 __all__ = [
@@ -60,7 +61,6 @@ def _as_key(seed_or_key: Any, owner: str) -> jax.Array:
 
 def _shard_index() -> Any:
   """This shard's linear index over all manual axes (None outside)."""
-  from brainshard._shard_map import manual_axes  # avoid an import cycle
   axes = manual_axes()
   if not axes:
     return None

@@ -30,7 +30,7 @@ from brainshard._state import (
     frame_stack, write_results)
 from brainshard._stateful import StatefulFunction, fun_name
 
-__all__ = ["shard_map", "ShardMappedFunction", "ShardFrame", "manual_axes"]
+__all__ = ["shard_map", "ShardMappedFunction"]
 
 _NO_MATCH = object()
 
@@ -62,28 +62,6 @@ def _canonical(spec: P, ndim: int) -> tuple:
   entries = list(spec) + [None] * (ndim - len(spec))
   return tuple(e if not (isinstance(e, tuple) and len(e) == 1) else e[0]
                for e in entries)
-
-
-class ShardFrame(ReplayFrame):
-  """The frame of a ``shard_map`` body: also knows its manual mesh axes.
-
-  Code that must behave per shard (random draws, progress reporting) finds
-  the enclosing bodies with :func:`manual_axes`.
-  """
-
-  def __init__(self, name: str, axes: tuple[tuple[str, int], ...]):
-    super().__init__(name)
-    self.axes = axes  # (axis name, size) of each manual axis, mesh order
-
-
-def manual_axes() -> tuple[tuple[str, int], ...]:
-  """``(axis name, size)`` of every manual mesh axis of the ``bs.shard_map``
-  bodies being traced on this thread, outermost first (empty outside)."""
-  axes: list[tuple[str, int]] = []
-  for frame in frame_stack():
-    if isinstance(frame, ShardFrame):
-      axes.extend(a for a in frame.axes if a not in axes)
-  return tuple(axes)
 
 
 class _Signature(NamedTuple):
@@ -336,7 +314,7 @@ class ShardMappedFunction:
     axes = tuple((a, mesh.shape[a]) for a in self._manual_axes(mesh))
 
     def body(read_vals, args, kwargs):
-      frame = ShardFrame(self.name, axes)
+      frame = _ShardFrame(self.name, mesh, plan, axes)
       with frame:
         for s, v in zip(plan.reads, read_vals):
           frame.inject(s, v)
@@ -374,6 +352,22 @@ class ShardMappedFunction:
               f"{{{s.name or 'state'}: P({axis!r})}} (and state_in_specs to "
               "match), or make it equal on every shard with "
               f"jax.lax.psum / pmean / all_gather over {axis!r}.")
+
+
+class _ShardFrame(ReplayFrame):
+  """The frame of a shard_map body.
+
+  ``manual_axes`` (``(axis name, size)`` per manual mesh axis) lets code that
+  must act per shard (random draws, progress reports) find the shard_map
+  bodies it runs in (see ``brainshard._control.manual_axes``).
+  """
+
+  def __init__(self, name: str, mesh: Any, plan: _Plan,
+               manual_axes: tuple[tuple[str, int], ...]):
+    super().__init__(name)
+    self.mesh = mesh
+    self.plan = plan
+    self.manual_axes = manual_axes
 
 
 def _reshard(value: Any, spec_tree: Any, mesh: Any) -> Any:

@@ -306,16 +306,26 @@ def test_for_loop_under_plain_jax_jit_may_read_but_not_write():
 
 
 def test_eager_cache_does_not_keep_the_function_alive():
+  from brainshard._control import _eager_cache
   s = bs.State(jnp.zeros(()), name="s")
 
   def step(x):
     s.value = s.value + x
 
+  def other(x):
+    return None
+
+  before = {id(k) for k in _eager_cache}
   bs.for_loop(step, jnp.ones(2))
+  bs.cond(True, step, other, 1.0)
+  bs.cond(True, other, lambda x: None, 1.0)  # a fresh lambda: dropped at once
+  ours = [k for k in _eager_cache if id(k) not in before]
+  assert len(ours) == 2
   ref = weakref.ref(step)
   del step
   gc.collect()
   assert ref() is None
+  assert not any(k in _eager_cache for k in ours)
 
 
 def test_bound_methods_hit_the_eager_cache():
