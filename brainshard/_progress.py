@@ -14,12 +14,14 @@ from __future__ import annotations
 import sys
 import threading
 import time
+import warnings
 from typing import Any, IO
 
 import jax
 import jax.numpy as jnp
 
 from brainshard._control import manual_axes
+from brainshard._state import frame_stack
 
 __all__ = ["ProgressBar", "as_progress_bar"]
 
@@ -112,6 +114,8 @@ class _Ticker:
     counter into a constant, so a report after the loop could overtake the
     reports made inside it.
     """
+    if not _callbacks_supported(self.host.name):
+      return
     n = step + 1
     pred = ((n % self.freq) == 0) | (n == self.host.total) | (step == 0)
     first = _first_shard()
@@ -121,6 +125,28 @@ class _Ticker:
 
   def _report(self, n: Any) -> None:
     jax.debug.callback(self.host.update, n, ordered=False)
+
+
+def _callbacks_supported(name: str) -> bool:
+  """False in a shard_map that is manual over only some axes of a mesh whose
+  other axes are Explicit: JAX cannot lower callbacks there (it closes over
+  their operands in a nested shard_map), so the bar is skipped with a
+  warning rather than failing the loop."""
+  for frame in frame_stack():
+    mesh = getattr(frame, "mesh", None)
+    manual = {a for a, _ in getattr(frame, "manual_axes", ())}
+    if mesh is None or not manual:
+      continue
+    if any(t == jax.sharding.AxisType.Explicit and a not in manual
+           for a, t in zip(mesh.axis_names, mesh.axis_types)):
+      warnings.warn(
+          f"{name}: no progress bar inside a shard_map that is manual over "
+          f"only {sorted(manual)} of the Explicit mesh axes "
+          f"{mesh.axis_names}: JAX cannot run callbacks there. Make the "
+          "shard_map manual over all axes, or use AxisType.Auto for the "
+          "others.", stacklevel=2)
+      return False
+  return True
 
 
 def _first_shard() -> Any:

@@ -141,3 +141,27 @@ def test_bar_on_2d_mesh_inside_shard_map():
   bs.shard_map(body, mesh=mesh, in_specs=P(), out_specs=P())(jnp.ones(6))
   jax.effects_barrier()
   assert _counts(out.getvalue()) == [0, 1, 3, 6, 6]
+
+
+def test_bar_in_shard_map_manual_over_some_axes():
+  auto = make_mesh((2, 4), ("x", "y"), jax.sharding.AxisType.Auto)
+  explicit = make_mesh((2, 4), ("x", "y"))
+  v = bs.State(jnp.zeros(8), name="v", spec=P("x"))
+
+  def body(xs, out):
+    def step(x):
+      v.value = v.value + x
+    bs.for_loop(step, xs, pbar=_bar(out, freq=2))
+
+  out = io.StringIO()
+  bs.shard_map(lambda xs: body(xs, out), mesh=auto, in_specs=P(),
+               out_specs=P(), axis_names={"x"})(jnp.ones(4))
+  jax.effects_barrier()
+  assert _counts(out.getvalue()) == [0, 1, 2, 4, 4]
+  # JAX cannot lower callbacks there: the loop runs, without a bar
+  out = io.StringIO()
+  with pytest.warns(UserWarning, match="no progress bar"):
+    bs.shard_map(lambda xs: body(xs, out), mesh=explicit, in_specs=P(),
+                 out_specs=P(), axis_names={"x"})(jnp.ones(4))
+  assert out.getvalue() == ""
+  np.testing.assert_array_equal(v.value, np.full(8, 8.0))
