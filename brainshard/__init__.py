@@ -5,5 +5,10 @@ from brainshard._state import (
 from brainshard._stateful import StatefulFunction
 from brainshard._jit import jit
 from brainshard._shard_map import shard_map
+from brainshard._progress import ProgressBar
+from brainshard._loops import for_loop, scan, while_loop
+from brainshard._cond import cond, switch
+from brainshard._random import RandomState
+from brainshard import random
 
 __version__ = "0.1.0"

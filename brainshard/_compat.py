@@ -16,7 +16,7 @@ from jax._src import source_info_util as _source_info
 from jax.extend.core import get_opaque_trace_state
 
 __all__ = ["at_top_level", "current_trace", "new_trace_input",
-           "get_opaque_trace_state"]
+           "get_opaque_trace_state", "step_aval", "eager"]
 
 
 def at_top_level() -> bool:
@@ -51,3 +51,21 @@ def varying_axes(aval: Any) -> frozenset:
   if mat is not None:
     return frozenset(mat.varying)
   return frozenset(getattr(aval, "vma", ()))
+
+
+def step_aval(aval: Any) -> Any:
+  """The aval of one step ``x[i]`` of a value scanned over its leading axis.
+
+  Keeps the sharding of the other dimensions and the varying manual axes,
+  exactly as ``jax.lax.scan`` will present the step to its body.
+  """
+  return _core.mapped_leading_aval(aval.shape[0], aval)
+
+
+def eager() -> Any:
+  """A context in which JAX runs eagerly even while a transform traces.
+
+  Used to create a State that must live at top level (with a concrete value)
+  when it is first needed in the middle of a trace.
+  """
+  return _core.set_current_trace(_core.eval_trace)

@@ -317,8 +317,10 @@ class ShardMappedFunction:
     return out
 
   def _body(self, mesh: Any, plan: _Plan) -> Callable:
+    axes = tuple((a, mesh.shape[a]) for a in self._manual_axes(mesh))
+
     def body(read_vals, args, kwargs):
-      frame = _ShardFrame(self.name, mesh, plan)
+      frame = _ShardFrame(self.name, mesh, plan, axes)
       with frame:
         for s, v in zip(plan.reads, read_vals):
           frame.inject(s, v)
@@ -359,13 +361,20 @@ class ShardMappedFunction:
 
 
 class _ShardFrame(ReplayFrame):
-  """The frame of a shard_map body: states have per-shard shapes here, also
-  the ones that are written without being read first."""
+  """The frame of a shard_map body.
 
-  def __init__(self, name: str, mesh: Any, plan: _Plan):
+  States have per-shard shapes here, also the ones that are written without
+  being read first. ``manual_axes`` (``(axis name, size)`` per manual mesh
+  axis) lets code that must act per shard (random draws, progress reports)
+  find the shard_map bodies it runs in (see ``brainshard._control``).
+  """
+
+  def __init__(self, name: str, mesh: Any, plan: _Plan,
+               manual_axes: tuple[tuple[str, int], ...]):
     super().__init__(name)
     self.mesh = mesh
     self.plan = plan
+    self.manual_axes = manual_axes
 
   def inner_signature(self, state: State, outer_sig: Signature) -> Signature:
     specs = self.plan.write_specs.get(id(state))

@@ -1,0 +1,129 @@
+"""Stateful branches: ``cond`` and ``switch``.
+
+Each branch is discovered at the operands' avals. The branches together
+read the union of their read states and write the union of their written
+states; a branch that does not write a state returns it unchanged, so a
+state written in only one branch works. States are closed over (``lax.cond``
+turns them into shared operands); written ones come back as extra outputs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import jax
+
+from brainshard._control import (
+    avals_of, cast_varying, discover, eager_call, is_eager, join_vma,
+    run_body, union, vma_tree)
+from brainshard._jit import gather_values
+from brainshard._state import write_results
+from brainshard._stateful import fun_name
+
+__all__ = ["cond", "switch"]
+
+
+def _branches_traced(select: Callable, branches: Sequence[Callable],
+                     operands: tuple, name: str) -> Any:
+  op_avals = avals_of(operands)
+  found = [discover(b, op_avals, f"{name} branch {i}")
+           for i, b in enumerate(branches)]
+  writes = union(*(t.writes for t in found))
+  reads = union(*(t.reads for t in found), writes)
+  values = gather_values(reads, name)
+  inputs = list(zip(reads, values))
+  axes = _joined_axes(found, writes, dict(zip(map(id, reads), values)))
+
+  def make(branch: Callable, i: int) -> Callable:
+    def run(*ops):
+      out, new_vals = run_body(branch, ops, f"{name} branch {i}", inputs,
+                               writes)
+      if axes is not None:
+        out, new_vals = cast_varying((out, new_vals), axes)
+      return out, new_vals
+    return run
+
+  out, new_vals = select([make(b, i) for i, b in enumerate(branches)],
+                         operands)
+  write_results(list(writes), new_vals, name)
+  return out
+
+
+def _joined_axes(found, writes, values_by_id) -> Any:
+  """The varying mesh axes every branch's outputs must share, or None when
+  the branches' output structures differ (``lax.cond`` reports that)."""
+  trees = []
+  for t in found:
+    written = dict(zip(map(id, t.writes), t.written))
+    trees.append(vma_tree((t.out, [
+        written.get(id(s), avals_of(values_by_id[id(s)])) for s in writes])))
+  if any(jax.tree.structure(t) != jax.tree.structure(trees[0])
+         for t in trees):
+    return None
+  return join_vma(*trees)
+
+
+def cond(pred: Any, true_fun: Callable, false_fun: Callable,
+         *operands: Any) -> Any:
+  """``jax.lax.cond`` for functions that read and write States.
+
+  Both branches are traced; the one ``pred`` selects runs. A state written
+  by only one branch keeps its value when the other runs.
+
+  Example:
+    >>> import brainshard as bs, jax.numpy as jnp
+    >>> n = bs.State(jnp.zeros((), jnp.int32), name='n')
+    >>> def bump(x):
+    ...   n.value = n.value + 1
+    ...   return x * 2
+    >>> bs.cond(True, bump, lambda x: x, 3.0), n.value
+    (Array(6., dtype=float32, weak_type=True), Array(1, dtype=int32))
+    >>> bs.cond(False, bump, lambda x: x, 3.0), n.value
+    (Array(3., dtype=float32, weak_type=True), Array(1, dtype=int32))
+  """
+  name = f"bs.cond({fun_name(true_fun)}, {fun_name(false_fun)})"
+
+  def impl(true_f, false_f):
+    def run(p, ops):
+      return _branches_traced(
+          lambda wrapped, o: jax.lax.cond(p, wrapped[0], wrapped[1], *o),
+          [true_f, false_f], ops, name)
+    return run
+
+  if is_eager():
+    return eager_call(name, [true_fun, false_fun], ("cond",), impl,
+                      (pred, operands))
+  return impl(true_fun, false_fun)(pred, operands)
+
+
+def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
+  """``jax.lax.switch`` for functions that read and write States.
+
+  ``branches[index](*operands)`` runs (``index`` is clamped to the valid
+  range); a state written by some branches keeps its value when another runs.
+
+  Example:
+    >>> import brainshard as bs, jax.numpy as jnp
+    >>> v = bs.State(jnp.zeros(()), name='v')
+    >>> def add(x):
+    ...   v.value = v.value + x
+    >>> def sub(x):
+    ...   v.value = v.value - x
+    >>> bs.switch(1, [add, sub, lambda x: None], 2.0); v.value
+    Array(-2., dtype=float32)
+  """
+  branches = tuple(branches)
+  if not branches:
+    raise ValueError("bs.switch needs at least one branch.")
+  name = f"bs.switch({', '.join(fun_name(b) for b in branches)})"
+
+  def impl(*fns):
+    def run(i, ops):
+      return _branches_traced(
+          lambda wrapped, o: jax.lax.switch(i, wrapped, *o), fns, ops, name)
+    return run
+
+  if is_eager():
+    return eager_call(name, list(branches), ("switch",), impl,
+                      (index, operands))
+  return impl(*branches)(index, operands)

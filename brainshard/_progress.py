@@ -1,0 +1,247 @@
+"""Progress bars for compiled loops.
+
+A loop given ``pbar=ProgressBar(...)`` reports from inside the compiled
+program with ``jax.debug.callback(..., ordered=False)``: ordered effects
+cannot run on more than one device or inside ``shard_map``, unordered ones
+can. The callback sits under a ``lax.cond`` that fires every ``freq`` steps,
+so a coarse ``freq`` costs one integer comparison per step. Inside
+``bs.shard_map`` only the first shard reports; the host side also ignores
+repeated or stale counts, so a report can never go backwards.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import warnings
+from typing import Any, IO
+
+import jax
+import jax.numpy as jnp
+
+from brainshard._control import manual_axes
+from brainshard._state import frame_stack
+
+__all__ = ["ProgressBar", "as_progress_bar"]
+
+
+class ProgressBar:
+  """Shows the progress of a compiled ``for_loop`` / ``scan`` as it runs.
+
+  Uses ``tqdm`` when it is installed (``tqdm.auto`` in notebooks with
+  ipywidgets), else a one-line text bar.
+
+  Args:
+    freq: report every ``freq`` steps; None picks about 100 reports per loop.
+    desc: a label shown before the bar.
+    file: where the bar is written (default: ``sys.stderr``).
+    use_tqdm: True/False to force or avoid tqdm; None uses it if importable.
+    **tqdm_kwargs: passed to ``tqdm`` (e.g. ``leave=False``, ``ncols=80``).
+
+  Two ProgressBars with the same settings are equal, so a loop called again
+  with a fresh but equal bar reuses its compiled program.
+
+  Example:
+    >>> import io, brainshard as bs, jax.numpy as jnp
+    >>> out = io.StringIO()
+    >>> v = bs.State(jnp.zeros(()), name='v')
+    >>> def step(i):
+    ...   v.value = v.value + i
+    >>> _ = bs.for_loop(step, jnp.arange(10.0),
+    ...                 pbar=bs.ProgressBar(freq=5, file=out, use_tqdm=False))
+    >>> '100% 10/10' in out.getvalue()
+    True
+  """
+
+  def __init__(self, freq: int | None = None, desc: str | None = None, *,
+               file: IO[str] | None = None, use_tqdm: bool | None = None,
+               **tqdm_kwargs: Any):
+    if freq is not None and (not isinstance(freq, int) or freq < 1):
+      raise ValueError(f"ProgressBar: freq must be a positive int, got {freq!r}.")
+    self.freq = freq
+    self.desc = desc
+    self.file = file
+    self.use_tqdm = use_tqdm
+    self.tqdm_kwargs = tqdm_kwargs
+
+  def _key(self) -> tuple:
+    return (self.freq, self.desc, id(self.file), self.use_tqdm,
+            tuple(sorted((k, repr(v)) for k, v in self.tqdm_kwargs.items())))
+
+  def __eq__(self, other: Any) -> bool:
+    return isinstance(other, ProgressBar) and self._key() == other._key()
+
+  def __hash__(self) -> int:
+    return hash(self._key())
+
+  def __repr__(self) -> str:
+    return f"ProgressBar(freq={self.freq}, desc={self.desc!r})"
+
+  def bind(self, total: int, name: str) -> "_Ticker":
+    """The reporter of one traced loop of ``total`` steps."""
+    freq = self.freq or max(1, total // 100)
+    return _Ticker(_HostBar(self, total, name), freq)
+
+
+def as_progress_bar(pbar: Any) -> ProgressBar | None:
+  """``pbar=`` of a loop: None, a ProgressBar, or an int (its freq)."""
+  if pbar is None or pbar is False:
+    return None
+  if pbar is True:
+    return ProgressBar()
+  if isinstance(pbar, ProgressBar):
+    return pbar
+  if isinstance(pbar, int):
+    return ProgressBar(freq=pbar)
+  raise TypeError(
+      f"pbar must be a bs.ProgressBar, an int (report every that many steps) "
+      f"or None; got {type(pbar).__name__}.")
+
+
+class _Ticker:
+  """Emits the progress callbacks into the loop being traced."""
+
+  def __init__(self, host: "_HostBar", freq: int):
+    self.host = host
+    self.freq = freq
+
+  def tick(self, step: Any) -> None:
+    """Called at the end of step ``step`` (counting from 0).
+
+    One callback per reported step, inside the loop: XLA orders nothing
+    between independent side effects, and it may fold a loop's final
+    counter into a constant, so a report after the loop could overtake the
+    reports made inside it.
+    """
+    if not _callbacks_supported(self.host.name):
+      return
+    n = step + 1
+    pred = ((n % self.freq) == 0) | (n == self.host.total) | (step == 0)
+    first = _first_shard()
+    if first is not None:
+      pred = jnp.logical_and(pred, first)
+    jax.lax.cond(pred, self._report, lambda n: None, n)
+
+  def _report(self, n: Any) -> None:
+    jax.debug.callback(self.host.update, n, ordered=False)
+
+
+def _callbacks_supported(name: str) -> bool:
+  """False in a shard_map that is manual over only some axes of a mesh whose
+  other axes are Explicit: JAX cannot lower callbacks there (it closes over
+  their operands in a nested shard_map), so the bar is skipped with a
+  warning rather than failing the loop."""
+  for frame in frame_stack():
+    mesh = getattr(frame, "mesh", None)
+    manual = {a for a, _ in getattr(frame, "manual_axes", ())}
+    if mesh is None or not manual:
+      continue
+    if any(t == jax.sharding.AxisType.Explicit and a not in manual
+           for a, t in zip(mesh.axis_names, mesh.axis_types)):
+      warnings.warn(
+          f"{name}: no progress bar inside a shard_map that is manual over "
+          f"only {sorted(manual)} of the Explicit mesh axes "
+          f"{mesh.axis_names}: JAX cannot run callbacks there. Make the "
+          "shard_map manual over all axes, or use AxisType.Auto for the "
+          "others.", stacklevel=2)
+      return False
+  return True
+
+
+def _first_shard() -> Any:
+  """Inside ``bs.shard_map`` bodies: is this the first shard? (else None)."""
+  axes = manual_axes()
+  if not axes:
+    return None
+  return jax.lax.axis_index(tuple(a for a, _ in axes)) == 0
+
+
+class _HostBar:
+  """The host side of one traced loop; every run of it starts a new bar."""
+
+  def __init__(self, config: ProgressBar, total: int, name: str):
+    self.config = config
+    self.total = total
+    self.name = name
+    self.lock = threading.Lock()
+    self.bar: Any = None
+    self.n = 0
+
+  def update(self, n: Any) -> None:
+    n = int(n)
+    with self.lock:
+      if n == self.n and self.bar is not None:
+        return  # the same count reported twice
+      if self.bar is None or n < self.n:  # a new run of the loop
+        self._close()
+        self.bar = self._open()
+        self.n = 0
+      self.bar.update(n - self.n)
+      self.n = n
+      if n >= self.total:
+        self._close()
+
+  def _close(self) -> None:
+    if self.bar is not None:
+      self.bar.close()
+      self.bar = None
+    self.n = 0
+
+  def _open(self) -> Any:
+    cfg = self.config
+    desc = cfg.desc if cfg.desc is not None else self.name
+    tqdm = _tqdm_class() if cfg.use_tqdm is not False else None
+    if tqdm is None and cfg.use_tqdm:
+      raise ImportError("ProgressBar(use_tqdm=True) needs tqdm: pip install tqdm")
+    if tqdm is not None:
+      return tqdm(total=self.total, desc=desc, file=cfg.file,
+                  **cfg.tqdm_kwargs)
+    return _TextBar(self.total, desc, cfg.file)
+
+
+def _tqdm_class() -> Any:
+  try:
+    import tqdm  # noqa: F401
+  except ImportError:
+    return None
+  try:
+    import ipywidgets  # noqa: F401
+    from tqdm.auto import tqdm as cls
+  except ImportError:  # tqdm.auto warns in notebooks without ipywidgets
+    from tqdm import tqdm as cls
+  return cls
+
+
+class _TextBar:
+  """A minimal one-line bar for when tqdm is not installed."""
+
+  def __init__(self, total: int, desc: str | None, file: IO[str] | None):
+    self.total = total
+    self.desc = desc
+    self.file = file
+    self.n = 0
+    self.start = time.perf_counter()
+    self._write()
+
+  def update(self, k: int) -> None:
+    self.n += k
+    self._write()
+
+  def close(self) -> None:
+    self._write()
+    self._out().write("\n")
+    self._out().flush()
+
+  def _out(self) -> IO[str]:
+    return self.file if self.file is not None else sys.stderr
+
+  def _write(self) -> None:
+    elapsed = time.perf_counter() - self.start
+    rate = self.n / elapsed if elapsed > 0 else 0.0
+    pct = 100.0 * self.n / self.total if self.total else 100.0
+    prefix = f"{self.desc}: " if self.desc else ""
+    self._out().write(
+        f"\r{prefix}{pct:3.0f}% {self.n}/{self.total} "
+        f"[{elapsed:.1f}s, {rate:.1f} steps/s]")
+    self._out().flush()

@@ -1,0 +1,284 @@
+"""Random numbers drawn from States, so they work under every transform.
+
+A :class:`RandomState` is a State holding a typed PRNG key
+(``jax.random.key``). Each draw splits the key, writes the new key back (an
+ordinary State write, so draws work under ``bs.jit``, in loops and inside
+``bs.shard_map``) and draws from the other half.
+
+Inside a ``bs.shard_map`` body every shard must draw different numbers,
+while the key State itself must stay equal on every shard (it is
+replicated). So the key advances identically on all shards, and the key a
+draw uses is folded with the shard's linear index over all manual mesh axes:
+the numbers are independent across shards and reproducible for a seed and
+a mesh shape.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from brainshard import _compat
+from brainshard._control import manual_axes
+from brainshard._state import State, frame_stack
+
+__all__ = [
+    "RandomState", "default_state", "seed", "split_key", "normal", "uniform",
+    "bernoulli", "poisson", "randint",
+]
+
+Size = int | Sequence[int] | None
+
+
+def _is_typed_key(x: Any) -> bool:
+  dtype = getattr(x, "dtype", None)
+  return dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key)
+
+
+def _as_key(seed_or_key: Any, owner: str) -> jax.Array:
+  """A scalar typed key from a seed, a typed key or a raw uint32 key."""
+  x = seed_or_key
+  if _is_typed_key(x):
+    if x.shape:
+      raise ValueError(f"{owner}: expected one PRNG key, got keys of shape {x.shape}.")
+    return x
+  if isinstance(x, (int, np.integer)) or (
+      hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.integer)
+      and np.shape(x) == ()):
+    return jax.random.key(x)
+  if hasattr(x, "dtype") and x.dtype == jnp.uint32 and np.ndim(x) == 1:
+    return jax.random.wrap_key_data(x)
+  raise TypeError(
+      f"{owner}: expected an int seed, a key from jax.random.key or a raw "
+      f"uint32 key from jax.random.PRNGKey; got {type(x).__name__}"
+      f"{' ' + str(getattr(x, 'dtype', '')) if hasattr(x, 'dtype') else ''}.")
+
+
+def _shard_index() -> Any:
+  """This shard's linear index over all manual axes (None outside)."""
+  axes = manual_axes()
+  if not axes:
+    return None
+  return jax.lax.axis_index(tuple(a for a, _ in axes))
+
+
+class RandomState(State):
+  """A State holding a PRNG key; every draw advances it.
+
+  Args:
+    seed_or_key: an int seed, a typed key (``jax.random.key``) or a raw
+      ``uint32`` key (``jax.random.PRNGKey``, stored as a typed key).
+    name: an optional name for errors and reprs.
+
+  The methods mirror the module functions of :mod:`brainshard.random`.
+
+  Example:
+    >>> import brainshard as bs
+    >>> rng = bs.RandomState(0)
+    >>> a = rng.normal(size=3)
+    >>> b = rng.normal(size=3)   # the key advanced: fresh numbers
+    >>> bool((a != b).all())
+    True
+    >>> rng.seed(0); bool((rng.normal(size=3) == a).all())
+    True
+  """
+
+  def __init__(self, seed_or_key: Any = 0, name: str | None = None):
+    super().__init__(_as_key(seed_or_key, "RandomState"), name=name)
+
+  def seed(self, seed_or_key: Any) -> None:
+    """Restarts the stream from a seed or key (a State write)."""
+    self.value = _as_key(seed_or_key, f"{self._label()}.seed")
+
+  def split_key(self, n: int | None = None) -> jax.Array:
+    """A fresh key (or ``n`` keys), advancing this state.
+
+    Inside ``bs.shard_map`` the key differs on every shard.
+    """
+    key, sub = jax.random.split(self.value)
+    self.value = key
+    index = _shard_index()
+    if index is not None:
+      sub = jax.random.fold_in(sub, index)
+    return sub if n is None else jax.random.split(sub, n)
+
+  def normal(self, loc=0.0, scale=1.0, size: Size = None, dtype=None):
+    return normal(loc, scale, size, key=self, dtype=dtype)
+
+  def uniform(self, low=0.0, high=1.0, size: Size = None, dtype=None):
+    return uniform(low, high, size, key=self, dtype=dtype)
+
+  def bernoulli(self, p=0.5, size: Size = None):
+    return bernoulli(p, size, key=self)
+
+  def poisson(self, lam=1.0, size: Size = None, dtype=jnp.int32):
+    return poisson(lam, size, key=self, dtype=dtype)
+
+  def randint(self, low, high=None, size: Size = None, dtype=jnp.int32):
+    return randint(low, high, size, key=self, dtype=dtype)
+
+
+# ----------------------------------------------------------------------------
+# The default state
+
+
+_default: RandomState | None = None
+_default_lock = threading.Lock()
+DEFAULT_SEED = 0
+
+
+def default_state() -> RandomState:
+  """The RandomState that draws without ``key=`` use.
+
+  It is created on first use (so importing brainshard starts no JAX backend)
+  from seed 0, the same on every process of a multi-controller run; call
+  :func:`seed` to choose another.
+  """
+  global _default
+  if _default is None:
+    with _default_lock:
+      if _default is None:
+        _default = _make_default()
+  return _default
+
+
+def _make_default() -> RandomState:
+  # Possibly first used while a transform traces: the default state must
+  # still live at top level (not be local to that transform) with a
+  # concrete key.
+  stack = frame_stack()
+  saved = stack[:]
+  del stack[:]
+  try:
+    with _compat.eager():
+      return RandomState(DEFAULT_SEED, name="default")
+  finally:
+    stack[:] = saved
+
+
+def seed(seed_or_key: Any) -> None:
+  """Seeds the default RandomState (an int, a typed key or a raw key).
+
+  Example:
+    >>> import brainshard as bs
+    >>> bs.random.seed(42); a = bs.random.uniform(size=2)
+    >>> bs.random.seed(42); b = bs.random.uniform(size=2)
+    >>> bool((a == b).all())
+    True
+  """
+  default_state().seed(seed_or_key)
+
+
+def _key(key: Any, where: str) -> jax.Array:
+  """The key one draw uses: split off a RandomState, or the key given."""
+  if key is None:
+    return default_state().split_key()
+  if isinstance(key, RandomState):
+    return key.split_key()
+  if isinstance(key, State):
+    raise TypeError(
+        f"bs.random.{where}: key= got {key._label()}, which is not a "
+        "RandomState; pass a bs.RandomState or a key array.")
+  return _as_key(key, f"bs.random.{where}")
+
+
+def split_key(n: int | None = None, key: Any = None) -> jax.Array:
+  """A fresh key (or ``n`` keys) from the default RandomState (or ``key``)."""
+  if key is None:
+    return default_state().split_key(n)
+  if isinstance(key, RandomState):
+    return key.split_key(n)
+  k = _as_key(key, "bs.random.split_key")
+  return k if n is None else jax.random.split(k, n)
+
+
+def _shape(size: Size, *params: Any) -> tuple[int, ...]:
+  if size is None:
+    return tuple(np.broadcast_shapes(*(np.shape(p) for p in params)))
+  if isinstance(size, (int, np.integer)):
+    return (int(size),)
+  return tuple(int(s) for s in size)
+
+
+def _float_dtype(dtype: Any, *params: Any) -> Any:
+  if dtype is not None:
+    return dtype
+  dt = jnp.result_type(*params, float)
+  return dt if jnp.issubdtype(dt, jnp.floating) else jnp.dtype(float)
+
+
+# One compiled program per draw kind and shape, so eager draws do not run
+# (and compile) op by op; under a transform they are inlined as usual.
+
+
+@functools.partial(jax.jit, static_argnums=(3, 4))
+def _normal(key, loc, scale, shape, dtype):
+  z = jax.random.normal(key, shape, dtype)
+  return (loc + scale * z).astype(dtype)
+
+
+@functools.partial(jax.jit, static_argnums=(3, 4))
+def _uniform(key, low, high, shape, dtype):
+  return jax.random.uniform(key, shape, dtype, minval=low, maxval=high)
+
+
+@functools.partial(jax.jit, static_argnums=(2,))
+def _bernoulli(key, p, shape):
+  return jax.random.bernoulli(key, p, shape)
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def _poisson(key, lam, shape, dtype):
+  return jax.random.poisson(key, lam, shape, dtype)
+
+
+@functools.partial(jax.jit, static_argnums=(3, 4))
+def _randint(key, low, high, shape, dtype):
+  return jax.random.randint(key, shape, low, high, dtype)
+
+
+def normal(loc=0.0, scale=1.0, size: Size = None, key: Any = None,
+           dtype: Any = None) -> jax.Array:
+  """Normal samples with mean ``loc`` and standard deviation ``scale``.
+
+  ``size`` is the output shape (default: the broadcast shape of the
+  parameters). Inside ``bs.shard_map`` it is the per-shard shape, and each
+  shard draws different numbers.
+  """
+  dtype = _float_dtype(dtype, loc, scale)
+  return _normal(_key(key, "normal"), loc, scale, _shape(size, loc, scale),
+                 jnp.dtype(dtype))
+
+
+def uniform(low=0.0, high=1.0, size: Size = None, key: Any = None,
+            dtype: Any = None) -> jax.Array:
+  """Uniform samples in ``[low, high)``."""
+  dtype = _float_dtype(dtype, low, high)
+  return _uniform(_key(key, "uniform"), low, high, _shape(size, low, high),
+                  jnp.dtype(dtype))
+
+
+def bernoulli(p=0.5, size: Size = None, key: Any = None) -> jax.Array:
+  """Booleans that are True with probability ``p``."""
+  return _bernoulli(_key(key, "bernoulli"), p, _shape(size, p))
+
+
+def poisson(lam=1.0, size: Size = None, key: Any = None,
+            dtype: Any = jnp.int32) -> jax.Array:
+  """Poisson counts with rate ``lam``."""
+  return _poisson(_key(key, "poisson"), lam, _shape(size, lam),
+                  jnp.dtype(dtype))
+
+
+def randint(low, high=None, size: Size = None, key: Any = None,
+            dtype: Any = jnp.int32) -> jax.Array:
+  """Integers in ``[low, high)`` (``[0, low)`` when ``high`` is None)."""
+  if high is None:
+    low, high = 0, low
+  return _randint(_key(key, "randint"), low, high, _shape(size, low, high),
+                  jnp.dtype(dtype))

@@ -1,0 +1,189 @@
+"""RandomState and bs.random: reproducibility, fresh numbers under every
+transform, and independent numbers on every shard."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+import brainshard as bs
+from brainshard import _random
+from conftest import make_mesh
+
+
+def test_seed_reproduces_and_draws_advance():
+  bs.random.seed(3)
+  a = bs.random.normal(size=5)
+  b = bs.random.normal(size=5)
+  bs.random.seed(3)
+  np.testing.assert_array_equal(bs.random.normal(size=5), a)
+  assert not np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("seed", [7, jax.random.key(7), jax.random.PRNGKey(7)])
+def test_random_state_seeds(seed):
+  rng = bs.RandomState(seed)
+  assert jnp.issubdtype(rng.value.dtype, jax.dtypes.prng_key)
+  x = rng.uniform(size=4)
+  np.testing.assert_array_equal(bs.RandomState(7).uniform(size=4), x)
+
+
+def test_bad_seeds_and_keys():
+  with pytest.raises(TypeError, match="RandomState"):
+    bs.RandomState(1.5)
+  with pytest.raises(ValueError, match="one PRNG key"):
+    bs.RandomState(jax.random.split(jax.random.key(0), 2))
+  with pytest.raises(TypeError, match="not a RandomState"):
+    bs.random.normal(key=bs.State(jnp.zeros(2), name="z"))
+
+
+def test_shapes_dtypes_and_statistics():
+  rng = bs.RandomState(0)
+  n = rng.normal(2.0, 3.0, size=(20000,))
+  assert n.dtype == jnp.float32 and n.shape == (20000,)
+  assert abs(float(n.mean()) - 2.0) < 0.1 and abs(float(n.std()) - 3.0) < 0.1
+  u = rng.uniform(-1.0, 1.0, size=(100, 100))
+  assert float(u.min()) >= -1.0 and float(u.max()) < 1.0
+  assert abs(float(u.mean())) < 0.03
+  b = rng.bernoulli(0.3, size=10000)
+  assert b.dtype == jnp.bool_ and abs(float(b.mean()) - 0.3) < 0.03
+  p = rng.poisson(4.0, size=10000)
+  assert p.dtype == jnp.int32 and abs(float(p.mean()) - 4.0) < 0.15
+  r = rng.randint(5, size=1000)
+  assert int(r.min()) == 0 and int(r.max()) == 4
+  r = rng.randint(10, 12, size=(3, 4))
+  assert r.shape == (3, 4) and set(np.unique(r)) <= {10, 11}
+  # without size: the parameters' broadcast shape
+  assert rng.normal(jnp.zeros((2, 3)), 1.0).shape == (2, 3)
+  assert rng.poisson(jnp.ones(4)).shape == (4,)
+
+
+def test_jit_draws_match_eager_draws_and_do_not_retrace():
+  rng = bs.RandomState(11)
+  eager = [rng.normal(size=3) for _ in range(3)]
+  rng.seed(11)
+  traces = []
+
+  @bs.jit
+  def draw():
+    traces.append(1)
+    return rng.normal(size=3)
+
+  jitted = [draw() for _ in range(3)]
+  assert len(traces) <= 2
+  for a, b in zip(eager, jitted):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_fresh_numbers_every_loop_step_and_key_advances():
+  rng = bs.RandomState(5)
+  xs = bs.for_loop(lambda: rng.uniform(size=4), length=6)
+  assert len({tuple(np.asarray(r)) for r in xs}) == 6
+  rng2 = bs.RandomState(5)
+  for row in xs:  # the loop draws exactly what six eager draws draw
+    np.testing.assert_array_equal(rng2.uniform(size=4), row)
+  np.testing.assert_array_equal(jax.random.key_data(rng.value),
+                                jax.random.key_data(rng2.value))
+
+
+def test_explicit_key_argument_does_not_advance_anything():
+  key = jax.random.key(1)
+  before = jax.random.key_data(bs.random.default_state().value)
+  a = bs.random.normal(size=3, key=key)
+  np.testing.assert_array_equal(a, bs.random.normal(size=3, key=key))
+  np.testing.assert_array_equal(
+      jax.random.key_data(bs.random.default_state().value), before)
+  assert bs.random.split_key(2, key=key).shape == (2,)
+
+
+def test_default_state_created_lazily_inside_a_trace(monkeypatch):
+  monkeypatch.setattr(_random, "_default", None)
+  x = bs.jit(lambda: bs.random.normal(size=2))()
+  state = _random._default
+  assert state is not None and not isinstance(state._value, jax.core.Tracer)
+  bs.random.seed(_random.DEFAULT_SEED)
+  expected = bs.RandomState(_random.DEFAULT_SEED).normal(size=2)
+  np.testing.assert_array_equal(x, expected)
+
+
+# ----------------------------------------------------------------------------
+# shard_map
+
+
+def _per_shard_draw(mesh, rng, size=(2, 64)):
+  def body():
+    return rng.normal(size=size)
+  spec = P(mesh.axis_names)
+  return bs.shard_map(body, mesh=mesh, in_specs=(), out_specs=spec)
+
+
+@pytest.mark.parametrize("shape,names", [((8,), ("x",)), ((2, 4), ("x", "y"))])
+def test_shards_draw_independent_numbers(shape, names):
+  mesh = make_mesh(shape, names)
+  rng = bs.RandomState(0)
+  out = np.asarray(_per_shard_draw(mesh, rng)())  # (n_shards * 2, 64)
+  blocks = out.reshape(-1, 2 * 64)
+  n = blocks.shape[0]
+  assert n == 8
+  assert len({b.tobytes() for b in blocks}) == n  # every shard differs
+  corr = np.corrcoef(blocks)
+  assert np.abs(corr[~np.eye(n, dtype=bool)]).max() < 0.5
+  assert abs(out.mean()) < 0.1 and abs(out.std() - 1.0) < 0.1
+
+
+def test_shard_draws_reproducible_and_key_stays_replicated():
+  mesh = make_mesh((4,), ("x",))
+  rng = bs.RandomState(9)
+  draw = _per_shard_draw(mesh, rng)
+  first = draw()
+  second = draw()
+  assert not np.array_equal(first, second)
+  key_after = jax.random.key_data(rng.value)
+  rng.seed(9)
+  np.testing.assert_array_equal(draw(), first)
+  # the key advanced exactly as two unsharded draws advance it
+  ref = bs.RandomState(9)
+  ref.normal(size=1)
+  ref.normal(size=1)
+  np.testing.assert_array_equal(key_after, jax.random.key_data(ref.value))
+
+
+def test_fresh_per_shard_numbers_every_step_of_a_sharded_loop():
+  mesh = make_mesh((4,), ("x",))
+  rng = bs.RandomState(2)
+
+  def body():
+    return bs.for_loop(lambda: rng.uniform(size=(3,)), length=5)
+
+  out = np.asarray(bs.shard_map(body, mesh=mesh, in_specs=(),
+                                out_specs=P(None, "x"))())
+  assert out.shape == (5, 12)
+  cells = out.reshape(5, 4, 3)  # (step, shard, value)
+  flat = {cells[t, s].tobytes() for t in range(5) for s in range(4)}
+  assert len(flat) == 20
+
+
+def test_loop_of_shard_map_draws_match_shard_map_of_loop():
+  mesh = make_mesh((4,), ("x",))
+  rng = bs.RandomState(4)
+  step = bs.shard_map(lambda: rng.normal(size=(2,)), mesh=mesh, in_specs=(),
+                      out_specs=P("x"))
+  a = bs.jit(lambda: bs.for_loop(step, length=3))()
+  rng.seed(4)
+  b = bs.shard_map(lambda: bs.for_loop(lambda: rng.normal(size=(2,)),
+                                       length=3),
+                   mesh=mesh, in_specs=(), out_specs=P(None, "x"))()
+  np.testing.assert_array_equal(a, b)
+
+
+def test_default_state_in_shard_map_and_split_key():
+  mesh = make_mesh((8,), ("x",))
+
+  def body():
+    k = bs.random.split_key()
+    return jax.random.key_data(k)[None]
+
+  keys = np.asarray(bs.shard_map(body, mesh=mesh, in_specs=(),
+                                 out_specs=P("x"))())
+  assert len({k.tobytes() for k in keys}) == 8
