@@ -5,5 +5,9 @@ from brainshard._state import (
 from brainshard._stateful import StatefulFunction
 from brainshard._jit import jit
 from brainshard._shard_map import shard_map
+from brainshard._axes import axis_rules, current_axis_rules
+from brainshard._place import ShardedInit, place, resolve_spec, sharded_init
+from brainshard._describe import StateInfo, StateTable, describe, visualize
+from brainshard._multihost import gather, init_distributed
 
 __version__ = "0.1.0"
