@@ -126,17 +126,23 @@ class ShardMappedFunction:
   # -- calling --------------------------------------------------------------
 
   def __call__(self, *args, **kwargs):
+    # Logical-axis rules are read while planning, so the rules this call
+    # sees are part of every cache key (the eager runner's included).
+    rules = current_rules()
+    if self.axis_rules:
+      rules = merged_rules(rules, self.axis_rules)
+      with using_rules(rules):
+        return self._call(rules, args, kwargs)
+    return self._call(rules, args, kwargs)
+
+  def _call(self, rules: Rules, args: tuple, kwargs: dict) -> Any:
     mesh = self._resolve_mesh()
-    # Logical-axis rules are read while planning; the ones this call sees
-    # are part of every cache key.
-    rules = merged_rules(current_rules(), self.axis_rules)
-    with using_rules(rules):
-      if frame_stack() or not _compat.at_top_level():
-        return self._traced_call(mesh, args, kwargs)
-      runner = self._eager.get((mesh, rules))
-      if runner is None:
-        runner = self._eager[(mesh, rules)] = self._eager_runner(mesh)
-      return runner(*args, **kwargs)
+    if frame_stack() or not _compat.at_top_level():
+      return self._traced_call(mesh, args, kwargs)
+    runner = self._eager.get((mesh, rules))
+    if runner is None:
+      runner = self._eager[(mesh, rules)] = self._eager_runner(mesh)
+    return runner(*args, **kwargs)
 
   def _eager_runner(self, mesh: Any) -> StatefulJit:
     if not isinstance(mesh, jax.sharding.Mesh):

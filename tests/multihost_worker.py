@@ -66,7 +66,10 @@ def simulation(bs, jax, np, mesh):
     return jax.lax.pmean(r.value.mean(), "x")
 
   for _ in range(steps):
-    step(dt)
+    # Waiting for each step keeps JAX 0.10's CPU (gloo) runtime from
+    # deadlocking with dozens of cross-process steps in flight; see
+    # docs/multihost.md.
+    jax.block_until_ready(step(dt))
   n_traces = len(traces)
   mean = step(dt)
   assert len(traces) == n_traces, "a repeated call traced again"
@@ -96,6 +99,9 @@ def process_local(bs, jax, np, mesh):
   np.testing.assert_allclose(bs.gather(s), np.broadcast_to(expected, (8, 2)))
   np.testing.assert_allclose(bs.gather(col), expected[:, 0])
   assert s.sharding.is_equivalent_to(NamedSharding(mesh, P("x")), 2)
+  bs.place(s, mesh, specs=P())  # global -> global: now whole on every device
+  assert s.value.addressable_shards[0].data.shape == (8, 2)
+  np.testing.assert_allclose(bs.gather(s), np.broadcast_to(expected, (8, 2)))
 
 
 def replicated_key(bs, jax, np, mesh):

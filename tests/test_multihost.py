@@ -42,7 +42,7 @@ def test_failure_in_one_process_ends_the_run_with_its_error():
   assert "timed out" not in message
   p0, p1 = info.value.results
   assert p1.returncode == 1
-  assert "OK" not in p0.stdout
+  assert p0.returncode != 0  # killed (None) or failed: never hangs
 
 
 def _py(code):
