@@ -77,6 +77,8 @@ def put_process_local(x: Any, sharding: NamedSharding, owner: str) -> Any:
 
 
 def _host_value(x: Any) -> np.ndarray:
+  if _is_key(x):  # typed PRNG keys have no NumPy form: give their raw data
+    x = jax.random.key_data(x)
   if not isinstance(x, jax.Array) or x.is_fully_addressable:
     return np.asarray(jax.device_get(x))
   from jax.experimental import multihost_utils
@@ -87,7 +89,8 @@ def gather(tree: Any) -> Any:
   """Whole values as NumPy arrays on every host.
 
   ``tree`` is a State, an array, or a pytree of them; States become their
-  values. A value spread over several processes is all-gathered
+  values (typed PRNG keys their ``jax.random.key_data``). A value spread
+  over several processes is all-gathered
   (``jax.experimental.multihost_utils.process_allgather``), so in a
   multi-process run *every* process must call ``gather`` with the same
   tree. In a single process it is ``jax.device_get``.

@@ -244,7 +244,9 @@ def test_visualize_draws_one_leaf(mesh, capsys):
 def test_gather_returns_host_values(mesh):
   s = bs.State(jnp.arange(8.0), "s", spec=P("x"))
   bs.place(s, mesh)
-  got = bs.gather({"s": s, "raw": jnp.ones(2)})
+  got = bs.gather({"s": s, "raw": jnp.ones(2), "key": jax.random.key(1)})
+  np.testing.assert_array_equal(got["key"],
+                                jax.random.key_data(jax.random.key(1)))
   assert isinstance(got["s"], np.ndarray)
   np.testing.assert_array_equal(got["s"], np.arange(8.0))
   np.testing.assert_array_equal(got["raw"], np.ones(2))
