@@ -10,5 +10,9 @@ from brainshard._loops import for_loop, scan, while_loop
 from brainshard._cond import cond, switch
 from brainshard._random import RandomState
 from brainshard import random
+from brainshard._axes import axis_rules, current_axis_rules
+from brainshard._place import ShardedInit, place, resolve_spec, sharded_init
+from brainshard._describe import StateInfo, StateTable, describe, visualize
+from brainshard._multihost import gather, init_distributed
 
 __version__ = "0.1.0"

@@ -20,38 +20,20 @@ import jax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from brainshard import _compat
+from brainshard._axes import (
+    Rules, current_rules, freeze_rules, merged_rules, using_rules)
+from brainshard._args import Call, check_kwarg_specs, split_call, static_args
 from brainshard._jit import ReplayFrame, StatefulJit, gather_values
 from brainshard._specs import (
-    StateSpecs, arg_leaf_specs, check_spec, check_state_specs_arg,
-    explicit_spec, has_explicit_axes, leaf_specs, resolve_state_spec,
-    shard_aval, spec_axes)
+    NO_MATCH, StateSpecs, arg_leaf_specs, check_spec, check_state_specs_arg,
+    explicit_spec, has_explicit_axes, leaf_specs, manual_spec, match_state_spec,
+    resolve_state_spec, shard_aval, spec_axes)
 from brainshard._state import (
     Signature, State, StateTraceError, current_signature, describe_signature,
     frame_stack, write_results)
 from brainshard._stateful import StatefulFunction, fun_name
 
 __all__ = ["shard_map", "ShardMappedFunction"]
-
-_NO_MATCH = object()
-
-
-def _match_out_spec(state: State, specs: StateSpecs) -> Any:
-  """``state_out_specs`` entry for ``state``, or _NO_MATCH (then the state
-  leaves with its input spec)."""
-  if specs is None:
-    return _NO_MATCH
-  if isinstance(specs, P):
-    return specs
-  for key, spec in specs.items():
-    if key is state:
-      return spec
-  for key, spec in specs.items():
-    if isinstance(key, State):
-      continue
-    if (isinstance(key, type) and isinstance(state, key)) or (
-        not isinstance(key, type) and key(state)):
-      return spec
-  return _NO_MATCH
 
 
 def _spec_tree(treedef: Any, specs: Sequence[P]) -> Any:
@@ -66,17 +48,24 @@ def _canonical(spec: P, ndim: int) -> tuple:
 
 class _Signature(NamedTuple):
   mesh: Any
+  rules: Rules   # logical-axis rules in effect
+  static: tuple  # values of the static arguments
   treedef: Any
   avals: tuple
 
 
 class _Plan(NamedTuple):
-  """Everything fixed for one mesh and argument signature."""
+  """Everything fixed for one mesh and argument signature.
+
+  State specs are *global* layouts (they may name automatic axes under a
+  partially manual shard_map); argument specs are shard_map's in_specs.
+  """
   reads: tuple[State, ...]
   writes: tuple[State, ...]
   read_specs: dict[int, list[P]]   # id(state) -> per-leaf in specs
   write_specs: dict[int, list[P]]  # id(state) -> per-leaf out specs
-  arg_specs: list[list[P]]         # per positional arg, per leaf
+  arg_specs: list[list[P]]         # per dynamic positional arg, per leaf
+  kwarg_specs: dict[str, list[P]]  # per dynamic keyword arg, per leaf
 
 
 class ShardMappedFunction:
@@ -84,13 +73,19 @@ class ShardMappedFunction:
 
   def __init__(self, fun: Callable, mesh: Any, in_specs: Any, out_specs: Any,
                state_in_specs: StateSpecs, state_out_specs: StateSpecs,
-               axis_names: frozenset, check_vma: bool):
+               axis_names: frozenset, check_vma: bool,
+               static_argnums: Any = (), static_argnames: Any = (),
+               kwarg_specs: dict | None = None, axis_rules: Any = None):
     check_state_specs_arg(state_in_specs, "state_in_specs")
     check_state_specs_arg(state_out_specs, "state_out_specs")
     if not (in_specs is None or isinstance(in_specs, (P, tuple, list))):
       raise TypeError(
           "in_specs must be None, a PartitionSpec, or a tuple with one entry "
           f"per positional argument; got {type(in_specs).__name__}.")
+    self.static_argnums, self.static_argnames = static_args(
+        fun, static_argnums, static_argnames)
+    self.kwarg_specs = check_kwarg_specs(kwarg_specs, self.static_argnames)
+    self.axis_rules = freeze_rules(axis_rules)
     self.fun = fun
     self.mesh = mesh
     self.in_specs = in_specs
@@ -111,7 +106,10 @@ class ShardMappedFunction:
   def _resolve_mesh(self) -> Any:
     if self.mesh is not None:
       return self.mesh
-    mesh = jax.sharding.get_mesh()
+    try:
+      mesh = jax.sharding.get_mesh()
+    except ValueError:  # under jax.jit only the abstract mesh is known
+      mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty:
       mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty:
@@ -128,12 +126,22 @@ class ShardMappedFunction:
   # -- calling --------------------------------------------------------------
 
   def __call__(self, *args, **kwargs):
+    # Logical-axis rules are read while planning, so the rules this call
+    # sees are part of every cache key (the eager runner's included).
+    rules = current_rules()
+    if self.axis_rules:
+      rules = merged_rules(rules, self.axis_rules)
+      with using_rules(rules):
+        return self._call(rules, args, kwargs)
+    return self._call(rules, args, kwargs)
+
+  def _call(self, rules: Rules, args: tuple, kwargs: dict) -> Any:
     mesh = self._resolve_mesh()
     if frame_stack() or not _compat.at_top_level():
       return self._traced_call(mesh, args, kwargs)
-    runner = self._eager.get(mesh)
+    runner = self._eager.get((mesh, rules))
     if runner is None:
-      runner = self._eager[mesh] = self._eager_runner(mesh)
+      runner = self._eager[(mesh, rules)] = self._eager_runner(mesh)
     return runner(*args, **kwargs)
 
   def _eager_runner(self, mesh: Any) -> StatefulJit:
@@ -153,12 +161,20 @@ class ShardMappedFunction:
 
     placement = _Placement(self, mesh)
     return StatefulJit(run, self.name, discover=discover,
+                       static_argnums=self.static_argnums,
+                       static_argnames=self.static_argnames,
                        place=placement.place)
 
   # -- planning -------------------------------------------------------------
 
+  def _split(self, args: tuple, kwargs: dict) -> Call:
+    return split_call(args, kwargs, self.static_argnums, self.static_argnames)
+
   def _plan(self, mesh: Any, args: tuple, kwargs: dict) -> _Plan:
-    leaves, treedef = jax.tree.flatten((args, kwargs))
+    return self._plan_call(mesh, self._split(args, kwargs))
+
+  def _plan_call(self, mesh: Any, call: Call) -> _Plan:
+    leaves, treedef = jax.tree.flatten((call.args, call.kwargs))
     for leaf in leaves:
       if isinstance(leaf, State):
         raise TypeError(
@@ -166,10 +182,15 @@ class ShardMappedFunction:
             "are not arguments: close over the State in the function (read "
             "`state.value` inside it) and shard_map places it per "
             "state_in_specs.")
-    key = _Signature(mesh, treedef, tuple(map(self._aval_key, leaves)))
-    plan = self._plans.get(key)
+    try:
+      key = _Signature(mesh, current_rules(), call.static, treedef,
+                       tuple(map(self._aval_key, leaves)))
+      plan = self._plans.get(key)
+    except TypeError as e:
+      raise TypeError(
+          f"{self.name}: static arguments must be hashable ({e}).") from None
     if plan is None:
-      plan = self._plans[key] = self._build_plan(mesh, args, kwargs)
+      plan = self._plans[key] = self._build_plan(mesh, call)
     return plan
 
   def _aval_key(self, x: Any) -> Hashable:
@@ -180,32 +201,67 @@ class ShardMappedFunction:
       return aval
     return aval.shape, aval.dtype, aval.weak_type
 
+  def _manual(self, mesh: Any) -> frozenset | None:
+    """The manual axes when only some are manual, else None."""
+    return frozenset(self._manual_axes(mesh)) if self.axis_names else None
+
+  def _check_manual(self, spec: P, mesh: Any, owner: str) -> None:
+    manual = self._manual(mesh)
+    if manual is None:
+      return
+    auto = [a for a in spec_axes(spec) if a not in manual]
+    if auto:
+      raise ValueError(
+          f"{owner}: its spec {spec} names mesh axis {auto[0]!r}, but this "
+          f"shard_map is manual only over {tuple(sorted(manual))} "
+          f"(axis_names); the other axes are sharded by the compiler and may "
+          "not appear in argument specs.")
+
   def _arg_specs(self, mesh: Any, args: tuple) -> list[list[P]]:
-    def infer(x):
-      spec = explicit_spec(jax.typeof(x), mesh)
-      return P() if spec is None else spec
+    manual = self._manual(mesh)
+
+    def infer(x):  # an argument's own layout; under partial manual, its
+      spec = explicit_spec(jax.typeof(x), mesh)  # manual part
+      return P() if spec is None else manual_spec(spec, manual)
     specs = arg_leaf_specs(self.in_specs, args, infer)
     for i, (arg, arg_specs) in enumerate(zip(args, specs)):
-      for (path, leaf), spec in zip(
-          jax.tree_util.tree_flatten_with_path(arg)[0], arg_specs):
-        owner = (f"{self.name}: positional argument {i}"
-                 f"{jax.tree_util.keystr(path)} "
-                 f"({jax.typeof(leaf).str_short()})")
-        check_spec(spec, jax.typeof(leaf).shape, mesh, owner)
+      self._check_leaves(mesh, arg, arg_specs,
+                         f"{self.name}: positional argument {i}")
     return specs
+
+  def _kwarg_specs(self, mesh: Any, kwargs: dict) -> dict[str, list[P]]:
+    out = {}
+    for k, v in kwargs.items():
+      owner = f"{self.name}: keyword argument {k!r}"
+      out[k] = leaf_specs(self.kwarg_specs.get(k, P()), v, owner)
+      self._check_leaves(mesh, v, out[k], owner)
+    return out
+
+  def _check_leaves(self, mesh: Any, arg: Any, specs: list[P],
+                    prefix: str) -> None:
+    for (path, leaf), spec in zip(
+        jax.tree_util.tree_flatten_with_path(arg)[0], specs):
+      owner = (f"{prefix}{jax.tree_util.keystr(path)} "
+               f"({jax.typeof(leaf).str_short()})")
+      check_spec(spec, jax.typeof(leaf).shape, mesh, owner)
+      self._check_manual(spec, mesh, owner)
 
   def _state_in_specs(self, state: State, sig: Signature, mesh: Any,
                       which: str = "state_in_specs") -> list[P]:
     treedef, avals = sig
-    spec = resolve_state_spec(state, self.state_in_specs)
+    value = jax.tree.unflatten(treedef, avals)
+    spec = resolve_state_spec(state, self.state_in_specs, mesh=mesh,
+                              value=value)
     owner = f"{self.name}: {state._label()} ({describe_signature(sig)})"
-    specs = leaf_specs(spec, jax.tree.unflatten(treedef, avals), owner)
+    specs = leaf_specs(spec, value, owner)
     for s, aval in zip(specs, avals):
       check_spec(s, aval.shape, mesh, f"{owner}, {which} {s}")
     return specs
 
-  def _build_plan(self, mesh: Any, args: tuple, kwargs: dict) -> _Plan:
-    arg_specs = self._arg_specs(mesh, args)
+  def _build_plan(self, mesh: Any, call: Call) -> _Plan:
+    arg_specs = self._arg_specs(mesh, call.args)
+    kwarg_specs = self._kwarg_specs(mesh, call.kwargs)
+    manual = self._manual(mesh)
     read_specs: dict[int, list[P]] = {}
     touched: list[tuple[State, list[P]]] = []
 
@@ -215,20 +271,25 @@ class ShardMappedFunction:
         specs = read_specs[id(state)] = self._state_in_specs(state, sig, mesh)
         touched.append((state, specs))
       treedef, avals = sig
-      return treedef, tuple(
-          shard_aval(a, s, mesh) for a, s in zip(avals, specs))
+      return treedef, tuple(shard_aval(a, manual_spec(s, manual), mesh)
+                            for a, s in zip(avals, specs))
 
-    shard_args = [
-        jax.tree.unflatten(jax.tree.structure(a), [
-            jax.ShapeDtypeStruct(shard_aval(jax.typeof(x), s, mesh).shape,
-                                 jax.typeof(x).dtype)
-            for x, s in zip(jax.tree.leaves(a), specs)])
-        for a, specs in zip(args, arg_specs)]
-    shard_kwargs = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(jax.typeof(x).shape,
-                                       jax.typeof(x).dtype), kwargs)
+    def shard_shapes(tree, specs):
+      return jax.tree.unflatten(jax.tree.structure(tree), [
+          jax.ShapeDtypeStruct(shard_aval(jax.typeof(x), s, mesh).shape,
+                               jax.typeof(x).dtype)
+          for x, s in zip(jax.tree.leaves(tree), specs)])
+
+    shard_args = [shard_shapes(a, s) for a, s in zip(call.args, arg_specs)]
+    shard_kwargs = {k: shard_shapes(v, kwarg_specs[k])
+                    for k, v in call.kwargs.items()}
+
+    def fun(*dyn_args, **dyn_kwargs):
+      args, kwargs = call.rebuild(dyn_args, dyn_kwargs)
+      return self.fun(*args, **kwargs)
+
     discovery = StatefulFunction(
-        self.fun, name=self.name, state_signature=per_shard,
+        fun, name=self.name, state_signature=per_shard,
         axis_env=[(a, mesh.shape[a]) for a in self._manual_axes(mesh)])
     try:
       d = discovery.discover(*shard_args, **shard_kwargs)
@@ -241,8 +302,8 @@ class ShardMappedFunction:
       sig = current_signature(state)
       in_specs = read_specs.get(id(state)) or self._state_in_specs(
           state, sig, mesh)
-      out = _match_out_spec(state, self.state_out_specs)
-      if out is _NO_MATCH:
+      out = match_state_spec(state, self.state_out_specs)
+      if out is NO_MATCH:
         write_specs[id(state)] = in_specs
       else:
         owner = f"{self.name}: {state._label()} ({describe_signature(sig)})"
@@ -252,7 +313,7 @@ class ShardMappedFunction:
         write_specs[id(state)] = specs
     return _Plan(d.read_states, d.write_states,
                  {id(s): read_specs[id(s)] for s in d.read_states},
-                 write_specs, arg_specs)
+                 write_specs, arg_specs, kwarg_specs)
 
   def _note_replicated_states(self, e: BaseException,
                               touched: list[tuple[State, list[P]]]) -> None:
@@ -277,12 +338,14 @@ class ShardMappedFunction:
         f"states were read replicated (whole on every shard, spec P()): "
         f"{names}. If a state should be split across the mesh like the data, "
         f"declare it: state_in_specs={{{example}: P({axis!r})}} (or give the "
-        "State a spec=).")
+        "State a spec= or axes=).")
 
   # -- the traced call ------------------------------------------------------
 
   def _traced_call(self, mesh: Any, args: tuple, kwargs: dict) -> Any:
-    plan = self._plan(mesh, args, kwargs)
+    call = self._split(args, kwargs)
+    plan = self._plan_call(mesh, call)
+    manual = self._manual(mesh)
     read_vals = gather_values(plan.reads, self.name)
     # The states' values may have changed shape since planning.
     for s, v in zip(plan.reads, read_vals):
@@ -295,32 +358,45 @@ class ShardMappedFunction:
         for s, v in zip(plan.reads, read_vals)]
     arg_spec_trees = tuple(
         _spec_tree(jax.tree.structure(a), specs)
-        for a, specs in zip(args, plan.arg_specs))
+        for a, specs in zip(call.args, plan.arg_specs))
+    kwarg_spec_trees = {
+        k: _spec_tree(jax.tree.structure(v), plan.kwarg_specs[k])
+        for k, v in call.kwargs.items()}
     write_spec_trees = [
         _spec_tree(current_signature(s)[0], plan.write_specs[id(s)])
         for s in plan.writes]
 
+    dyn_args, dyn_kwargs = call.args, call.kwargs
     if has_explicit_axes(mesh):
-      read_vals = [_reshard(v, t, mesh) for v, t in zip(read_vals, read_spec_trees)]
-      args = tuple(_reshard(a, t, mesh) for a, t in zip(args, arg_spec_trees))
-      kwargs = _reshard(kwargs, P(), mesh)
+      read_vals = [_reshard(v, t, mesh, manual)
+                   for v, t in zip(read_vals, read_spec_trees)]
+      dyn_args = tuple(_reshard(a, t, mesh, manual)
+                       for a, t in zip(dyn_args, arg_spec_trees))
+      dyn_kwargs = _reshard(dyn_kwargs, kwarg_spec_trees, mesh, manual)
 
-    body = self._body(mesh, plan)
+    def sm(tree):  # shard_map specs name only the manual axes
+      if manual is None:
+        return tree
+      return jax.tree.map(lambda s: manual_spec(s, manual), tree,
+                          is_leaf=lambda x: isinstance(x, P))
+
+    body = self._body(mesh, plan, call)
     mapped = jax.shard_map(
         body, mesh=mesh,
-        in_specs=(read_spec_trees, arg_spec_trees, P()),
-        out_specs=(self.out_specs, write_spec_trees),
-        axis_names=set(self._manual_axes(mesh)) if self.axis_names else set(),
+        in_specs=(sm(read_spec_trees), arg_spec_trees, kwarg_spec_trees),
+        out_specs=(self.out_specs, sm(write_spec_trees)),
+        axis_names=set(manual) if manual is not None else set(),
         check_vma=self.check_vma)
-    out, new_vals = mapped(read_vals, args, kwargs)
+    out, new_vals = mapped(read_vals, dyn_args, dyn_kwargs)
     write_results(list(plan.writes), new_vals, self.name)
     return out
 
-  def _body(self, mesh: Any, plan: _Plan) -> Callable:
+  def _body(self, mesh: Any, plan: _Plan, call: Call) -> Callable:
     axes = tuple((a, mesh.shape[a]) for a in self._manual_axes(mesh))
 
-    def body(read_vals, args, kwargs):
-      frame = _ShardFrame(self.name, mesh, plan, axes)
+    def body(read_vals, dyn_args, dyn_kwargs):
+      args, kwargs = call.rebuild(dyn_args, dyn_kwargs)
+      frame = _ShardFrame(self.name, mesh, plan, axes, self._manual(mesh))
       with frame:
         for s, v in zip(plan.reads, read_vals):
           frame.inject(s, v)
@@ -370,11 +446,13 @@ class _ShardFrame(ReplayFrame):
   """
 
   def __init__(self, name: str, mesh: Any, plan: _Plan,
-               manual_axes: tuple[tuple[str, int], ...]):
+               manual_axes: tuple[tuple[str, int], ...],
+               manual: frozenset | None):
     super().__init__(name)
     self.mesh = mesh
     self.plan = plan
     self.manual_axes = manual_axes
+    self._manual = manual
 
   def inner_signature(self, state: State, outer_sig: Signature) -> Signature:
     specs = self.plan.write_specs.get(id(state))
@@ -382,17 +460,22 @@ class _ShardFrame(ReplayFrame):
       return outer_sig
     treedef, avals = outer_sig
     return treedef, tuple(
-        shard_aval(a, spec, self.mesh) for a, spec in zip(avals, specs))
+        shard_aval(a, manual_spec(spec, self._manual), self.mesh)
+        for a, spec in zip(avals, specs))
 
 
-def _reshard(value: Any, spec_tree: Any, mesh: Any) -> Any:
+def _reshard(value: Any, spec_tree: Any, mesh: Any,
+             manual: frozenset | None = None) -> Any:
   """Reshards Explicit-mode leaves whose sharding type differs from the
-  spec; values already placed right pass through untouched."""
+  spec (over the ``manual`` axes only, when only some are manual); values
+  already placed right pass through untouched."""
   def one(spec, sub):
     def leaf(x):
       x_spec = explicit_spec(jax.typeof(x), mesh)
       ndim = jax.typeof(x).ndim
-      if x_spec is not None and _canonical(x_spec, ndim) == _canonical(spec, ndim):
+      if x_spec is not None and _canonical(
+          manual_spec(x_spec, manual), ndim) == _canonical(
+              manual_spec(spec, manual), ndim):
         return x
       return jax.sharding.reshard(x, NamedSharding(mesh, spec))
     return jax.tree.map(leaf, sub)
@@ -437,7 +520,8 @@ class _Placement:
     treedef = jax.tree.structure(value)
     cached = self._state_specs.get(id(state))
     if cached is None or cached[0] != treedef:
-      spec = resolve_state_spec(state, self.owner.state_in_specs)
+      spec = resolve_state_spec(state, self.owner.state_in_specs,
+                                value=value)
       cached = self._state_specs[id(state)] = (
           treedef, leaf_specs(spec, value, state._label()))
     return cached[1]
@@ -460,12 +544,18 @@ class _Placement:
     donated = [self._put_state(s, v) for s, v in zip(jit_plan.donated, donated)]
     kept = [self._put_state(s, v) for s, v in zip(jit_plan.kept, kept)]
     name = self.owner.name
-    args = tuple(
+    call = self.owner._split(args, kwargs)
+    placed = iter(tuple(
         self._put(a, specs, lambda i=i: f"{name}: positional argument {i}")
-        for i, (a, specs) in enumerate(zip(args, self._specs_of_args(args))))
-    kwargs = {k: self._put(v, [P()] * len(jax.tree.leaves(v)),
-                           lambda k=k: f"{name}: keyword argument {k!r}")
-              for k, v in kwargs.items()}
+        for i, (a, specs) in enumerate(
+            zip(call.args, self._specs_of_args(call.args)))))
+    static = dict(call.static[0])  # static arguments stay Python values
+    args = tuple(static[i] if i in static else next(placed)
+                 for i in range(len(args)))
+    kwarg_specs = self.owner.kwarg_specs
+    kwargs = {**{k: self._put(v, leaf_specs(kwarg_specs.get(k, P()), v, k),
+                              lambda k=k: f"{name}: keyword argument {k!r}")
+                 for k, v in call.kwargs.items()}, **dict(call.static[1])}
     return (donated, kept, *args), kwargs
 
 
@@ -484,7 +574,11 @@ def shard_map(fun: Callable | None = None, mesh: Any = None,
               state_in_specs: StateSpecs = None,
               state_out_specs: StateSpecs = None,
               axis_names: frozenset = frozenset(),
-              check_vma: bool = True):
+              check_vma: bool = True,
+              static_argnums: int | Sequence[int] = (),
+              static_argnames: str | Sequence[str] = (),
+              kwarg_specs: dict | None = None,
+              axis_rules: Any = None):
   """``jax.shard_map`` for functions that read and write States.
 
   The function runs once per shard on per-shard values of its arguments and
@@ -494,17 +588,30 @@ def shard_map(fun: Callable | None = None, mesh: Any = None,
   Args:
     fun: the per-shard function; may close over States.
     mesh: a ``jax.sharding.Mesh``; None takes the one set by ``jax.set_mesh``.
-    in_specs: one PartitionSpec for every positional argument, a tuple with
-      one spec (or spec pytree prefix) per argument, or None to take each
-      argument's own (Explicit) sharding. Keyword arguments are replicated.
+    in_specs: one PartitionSpec for every dynamic positional argument, a
+      tuple with one spec (or spec pytree prefix, e.g. a dict of specs for a
+      dict argument) per dynamic positional argument, or None to take each
+      argument's own (Explicit) sharding. Static arguments take no entry.
     out_specs: PartitionSpec pytree prefix of the output (default ``P()``).
     state_in_specs, state_out_specs: None, one PartitionSpec for every state,
       or a dict keyed by States, State subclasses or predicates
       ``(state) -> bool``. First match wins: the State itself, then
       type/predicate keys in dict order, then the state's own ``spec``, then
-      ``P()``.
-    axis_names: mesh axes the function is manual over (default: all).
+      its logical ``axes`` mapped by the axis rules, then ``P()``.
+    axis_names: mesh axes the function is manual over (default: all); the
+      other axes stay automatic (compiler-sharded). A State's spec may name
+      automatic axes: they set where it lives, and only its manual part
+      splits the value the function sees. Argument specs name manual axes
+      only.
     check_vma: as in ``jax.shard_map``.
+    static_argnums, static_argnames: arguments that are hashable Python
+      values steering the trace (e.g. a number of steps), as in ``jax.jit``:
+      they are part of the cache key and are passed to the function as they
+      are.
+    kwarg_specs: ``{name: spec or spec pytree prefix}`` for keyword
+      arguments; keyword arguments not named here are replicated.
+    axis_rules: logical-axis rules (see :func:`brainshard.axis_rules`) added
+      on top of the ones in effect when the function is called.
 
   Example:
     >>> import jax, jax.numpy as jnp, brainshard as bs
@@ -521,5 +628,7 @@ def shard_map(fun: Callable | None = None, mesh: Any = None,
   """
   def wrap(f):
     return ShardMappedFunction(f, mesh, in_specs, out_specs, state_in_specs,
-                               state_out_specs, axis_names, check_vma)
+                               state_out_specs, axis_names, check_vma,
+                               static_argnums, static_argnames, kwarg_specs,
+                               axis_rules)
   return wrap if fun is None else wrap(fun)

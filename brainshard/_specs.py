@@ -12,12 +12,14 @@ from typing import Any, Callable, Mapping, Sequence
 import jax
 from jax.sharding import AxisType, PartitionSpec as P
 
+from brainshard._axes import logical_spec
 from brainshard._state import State, describe_value
 
 __all__ = [
     "StateSpecs", "check_state_specs_arg", "resolve_state_spec",
-    "leaf_specs", "check_spec", "shard_aval", "arg_leaf_specs",
-    "explicit_spec", "has_explicit_axes", "spec_axes",
+    "leaf_specs", "check_spec", "shard_aval", "arg_leaf_specs", "manual_spec",
+    "match_state_spec", "NO_MATCH", "explicit_spec", "has_explicit_axes",
+    "spec_axes",
 ]
 
 # `state_in_specs` / `state_out_specs`: None, one spec, or a dict keyed by
@@ -50,29 +52,72 @@ def check_state_specs_arg(specs: StateSpecs, argname: str) -> None:
         "`(state) -> bool`.")
 
 
-def resolve_state_spec(state: State, specs: StateSpecs) -> Any:
+NO_MATCH = object()
+
+
+def match_state_spec(state: State, specs: StateSpecs) -> Any:
+  """The entry of ``specs`` (``state_in_specs`` / ``state_out_specs``) that
+  applies to ``state``, or NO_MATCH: the State itself as a key first, then
+  State-subclass and predicate keys in dict order."""
+  if isinstance(specs, P):
+    return specs
+  if not specs:
+    return NO_MATCH
+  for key, spec in specs.items():
+    if key is state:
+      return spec
+  for key, spec in specs.items():
+    if isinstance(key, State):
+      continue
+    if isinstance(key, type):
+      if isinstance(state, key):
+        return spec
+    elif key(state):
+      return spec
+  return NO_MATCH
+
+
+def resolve_state_spec(state: State, specs: StateSpecs, *,
+                       rules: Any = None, mesh: Any = None,
+                       value: Any = None) -> Any:
   """The spec (or pytree of specs) ``state`` gets under ``specs``.
 
   First match wins: the State itself as a key, then State-subclass and
-  predicate keys in dict order, then the state's own ``spec``, then ``P()``.
+  predicate keys in dict order, then the state's own ``spec``, then its
+  logical ``axes`` mapped by ``rules`` (default: the rules in effect, see
+  :func:`brainshard.axis_rules`), then ``P()``. With a ``mesh``, rules that
+  name axes it lacks are errors. ``value`` (the state's value or a pytree of
+  its avals) gives the structure logical axes are matched against; by
+  default the state's global value.
   """
-  if isinstance(specs, P):
-    return specs
-  if specs:
-    for key, spec in specs.items():
-      if key is state:
-        return spec
-    for key, spec in specs.items():
-      if isinstance(key, State):
-        continue
-      if isinstance(key, type):
-        if isinstance(state, key):
-          return spec
-      elif key(state):
-        return spec
+  matched = match_state_spec(state, specs)
+  if matched is not NO_MATCH:
+    return matched
   if state.spec is not None:
     return state.spec
+  if state.axes is not None:
+    if value is None:
+      value = jax.tree.unflatten(*state._global_signature())
+    return logical_spec(state.axes, value, state._label(), rules, mesh)
   return P()
+
+
+def manual_spec(spec: P, manual: Any) -> P:
+  """``spec`` restricted to the ``manual`` mesh axes (others become None).
+
+  Under a partially manual ``shard_map`` a State's spec still says where the
+  State lives; only its manual part splits the value the function sees.
+  """
+  if manual is None:
+    return spec
+  entries = []
+  for entry in spec:
+    axes = entry if isinstance(entry, tuple) else (entry,)
+    kept = tuple(a for a in axes if a is not None and a in manual)
+    entries.append(None if not kept else kept[0] if len(kept) == 1 else kept)
+  while entries and entries[-1] is None:
+    entries.pop()
+  return P(*entries)
 
 
 def leaf_specs(spec: Any, value: Any, owner: str) -> list[P]:

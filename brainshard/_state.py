@@ -297,6 +297,10 @@ class State:
     name: an optional name used in error messages and reprs.
     spec: the state's default ``PartitionSpec`` for ``shard_map`` (or a pytree
       of them matching ``value``); ``None`` means replicated.
+    axes: logical axis names, one per leading dimension (a tuple of names or
+      None, e.g. ``('neuron', None)``), or a pytree of such tuples matching
+      ``value``. :func:`brainshard.axis_rules` maps them to mesh axes; an
+      explicit ``spec`` wins over ``axes``.
 
   Example:
     >>> import brainshard as bs, jax.numpy as jnp
@@ -308,13 +312,15 @@ class State:
     Array([1., 1., 1., 1.], dtype=float32)
   """
 
-  def __init__(self, value: Any, name: str | None = None, *, spec: Any = None):
+  def __init__(self, value: Any, name: str | None = None, *, spec: Any = None,
+               axes: Any = None):
     if isinstance(value, State):
       raise TypeError(
           f"State(...) was given another State {value._label()}; pass its "
           "value (`state.value`) instead.")
     self.name = name
     self.spec = spec
+    self.axes = axes
     caller = sys._getframe(1)
     while caller.f_code.co_filename == __file__:  # skip subclasses' __init__
       caller = caller.f_back
@@ -384,6 +390,8 @@ class State:
         parts.append(f"sharding={specs[0] if len(specs) == 1 else specs}")
     if self.spec is not None:
       parts.append(f"spec={self.spec}")
+    if self.axes is not None:
+      parts.append(f"axes={self.axes}")
     return f"{type(self).__name__}({', '.join(parts)})"
 
   # -- internals ------------------------------------------------------------
