@@ -3,8 +3,9 @@
 The user function is re-run inside ``jax.shard_map`` at per-shard shapes:
 the per-shard values of the states it reads are injected into a frame, and
 the values it writes are collected and returned as extra outputs. Which
-states it touches is found by discovery at per-shard shapes (with the mesh
-axes in the axis environment, so collectives trace).
+states it touches is found by a discovery trace that also runs the function
+inside ``jax.shard_map``, so per-shard shapes and varying axes are those of
+the real call.
 
 Called eagerly, the whole thing runs under one cached ``jax.jit`` per mesh
 (see :class:`~brainshard._jit.StatefulJit`), so repeated calls re-run no
@@ -14,6 +15,7 @@ emits ``jax.shard_map`` into that trace.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Hashable, NamedTuple, Sequence
 
 import jax
@@ -30,8 +32,9 @@ from brainshard._specs import (
     resolve_state_spec, shard_aval, spec_axes)
 from brainshard._state import (
     Signature, State, StateTraceError, current_signature, describe_signature,
-    frame_stack, write_results)
-from brainshard._stateful import StatefulFunction, fun_name
+    signature,
+    Frame, frame_stack, write_results)
+from brainshard._stateful import _DiscoveryFrame, fun_name
 
 __all__ = ["shard_map", "ShardMappedFunction"]
 
@@ -265,37 +268,42 @@ class ShardMappedFunction:
     read_specs: dict[int, list[P]] = {}
     touched: list[tuple[State, list[P]]] = []
 
-    def per_shard(state: State, sig: Signature) -> Signature:
+    def state_specs(state: State, sig: Signature) -> list[P]:
       specs = read_specs.get(id(state))
       if specs is None:
         specs = read_specs[id(state)] = self._state_in_specs(state, sig, mesh)
         touched.append((state, specs))
-      treedef, avals = sig
-      return treedef, tuple(shard_aval(a, manual_spec(s, manual), mesh)
-                            for a, s in zip(avals, specs))
+      return specs
 
-    def shard_shapes(tree, specs):
-      return jax.tree.unflatten(jax.tree.structure(tree), [
-          jax.ShapeDtypeStruct(shard_aval(jax.typeof(x), s, mesh).shape,
-                               jax.typeof(x).dtype)
-          for x, s in zip(jax.tree.leaves(tree), specs)])
+    frames: list[_DiscoveryShardFrame] = []
 
-    shard_args = [shard_shapes(a, s) for a, s in zip(call.args, arg_specs)]
-    shard_kwargs = {k: shard_shapes(v, kwarg_specs[k])
-                    for k, v in call.kwargs.items()}
-
-    def fun(*dyn_args, **dyn_kwargs):
+    def body(read_vals, dyn_args, dyn_kwargs):
       args, kwargs = call.rebuild(dyn_args, dyn_kwargs)
-      return self.fun(*args, **kwargs)
+      frame = _DiscoveryShardFrame(self.name, mesh, manual, state_specs)
+      frames.append(frame)
+      with frame:
+        self.fun(*args, **kwargs)
+      return (), []
 
-    discovery = StatefulFunction(
-        fun, name=self.name, state_signature=per_shard,
-        axis_env=[(a, mesh.shape[a]) for a in self._manual_axes(mesh)])
+    def traced(*leaves):
+      dyn_args, dyn_kwargs = jax.tree.unflatten(treedef, leaves)
+      # The outer frame turns a state's first read into a new input of this
+      # trace (whole, unsharded); the body closes over it and cuts its block.
+      with _DiscoveryFrame(self.name, _compat.current_trace(), _unsharded):
+        self._map(mesh, body, Call(dyn_args, dyn_kwargs, call.static),
+                  arg_specs, kwarg_specs, [], [], ((), []))
+      return ()
+
+    leaves, treedef = jax.tree.flatten((call.args, call.kwargs))
     try:
-      d = discovery.discover(*shard_args, **shard_kwargs)
+      jax.make_jaxpr(traced)(*[
+          jax.ShapeDtypeStruct(jax.typeof(x).shape, jax.typeof(x).dtype)
+          for x in leaves])
     except Exception as e:
       self._note_replicated_states(e, touched)
       raise
+    frame = frames[-1]
+    d = _Found(tuple(frame.input_states()), tuple(frame.written_states()))
 
     write_specs = {}
     for state in d.write_states:
@@ -356,16 +364,33 @@ class ShardMappedFunction:
     read_spec_trees = [
         _spec_tree(jax.tree.structure(v), plan.read_specs[id(s)])
         for s, v in zip(plan.reads, read_vals)]
-    arg_spec_trees = tuple(
-        _spec_tree(jax.tree.structure(a), specs)
-        for a, specs in zip(call.args, plan.arg_specs))
-    kwarg_spec_trees = {
-        k: _spec_tree(jax.tree.structure(v), plan.kwarg_specs[k])
-        for k, v in call.kwargs.items()}
     write_spec_trees = [
         _spec_tree(current_signature(s)[0], plan.write_specs[id(s)])
         for s in plan.writes]
+    out, new_vals = self._map(
+        mesh, self._body(mesh, plan, call), call, plan.arg_specs,
+        plan.kwarg_specs, read_vals, read_spec_trees,
+        (self.out_specs, write_spec_trees))
+    write_results(list(plan.writes), new_vals, self.name)
+    return out
 
+  def _map(self, mesh: Any, body: Callable, call: Call,
+           arg_specs: list[list[P]], kwarg_specs: dict[str, list[P]],
+           read_vals: list[Any], read_spec_trees: list[Any],
+           out_specs: Any) -> Any:
+    """``jax.shard_map(body)(read_vals, dynamic args, dynamic kwargs)``.
+
+    State specs are where the states live (global layouts); under a
+    partially manual shard_map only their manual part goes to JAX. In
+    Explicit mode, inputs whose sharding type differs are resharded first.
+    """
+    manual = self._manual(mesh)
+    arg_spec_trees = tuple(
+        _spec_tree(jax.tree.structure(a), specs)
+        for a, specs in zip(call.args, arg_specs))
+    kwarg_spec_trees = {
+        k: _spec_tree(jax.tree.structure(v), kwarg_specs[k])
+        for k, v in call.kwargs.items()}
     dyn_args, dyn_kwargs = call.args, call.kwargs
     if has_explicit_axes(mesh):
       read_vals = [_reshard(v, t, mesh, manual)
@@ -380,16 +405,14 @@ class ShardMappedFunction:
       return jax.tree.map(lambda s: manual_spec(s, manual), tree,
                           is_leaf=lambda x: isinstance(x, P))
 
-    body = self._body(mesh, plan, call)
+    out_user, out_states = out_specs
     mapped = jax.shard_map(
         body, mesh=mesh,
         in_specs=(sm(read_spec_trees), arg_spec_trees, kwarg_spec_trees),
-        out_specs=(self.out_specs, sm(write_spec_trees)),
+        out_specs=(out_user, sm(out_states)),
         axis_names=set(manual) if manual is not None else set(),
         check_vma=self.check_vma)
-    out, new_vals = mapped(read_vals, dyn_args, dyn_kwargs)
-    write_results(list(plan.writes), new_vals, self.name)
-    return out
+    return mapped(read_vals, dyn_args, dyn_kwargs)
 
   def _body(self, mesh: Any, plan: _Plan, call: Call) -> Callable:
     axes = tuple((a, mesh.shape[a]) for a in self._manual_axes(mesh))
@@ -462,6 +485,60 @@ class _ShardFrame(ReplayFrame):
     return treedef, tuple(
         shard_aval(a, manual_spec(spec, self._manual), self.mesh)
         for a, spec in zip(avals, specs))
+
+
+class _Found(NamedTuple):
+  read_states: tuple[State, ...]
+  write_states: tuple[State, ...]
+
+
+def _unsharded(state: State, sig: Signature) -> Signature:
+  """A state's whole value as a plain aval (no Explicit sharding type)."""
+  treedef, avals = sig
+  return treedef, tuple(jax.core.ShapedArray(a.shape, a.dtype) for a in avals)
+
+
+def _local_block(x: Any, spec: P, mesh: Any) -> Any:
+  """This shard's block of a whole value ``x`` split by ``spec``: what
+  ``shard_map``'s in_specs would hand the body, varying over those axes."""
+  sizes = dict(mesh.shape)
+  for dim, entry in enumerate(spec):
+    if entry is None:
+      continue
+    axes = entry if isinstance(entry, tuple) else (entry,)
+    index = 0
+    for a in axes:  # the first axis is the major one, as in a spec
+      index = index * sizes[a] + jax.lax.axis_index(a)
+    size = x.shape[dim] // math.prod(sizes[a] for a in axes)
+    x = jax.lax.dynamic_slice_in_dim(x, index * size, size, axis=dim)
+  return x
+
+
+class _DiscoveryShardFrame(Frame):
+  """Discovers a shard_map body's states while it runs inside a real
+  ``jax.shard_map``, so per-shard types (varying axes) are exactly those of
+  the real call: a state's first read takes the whole value from the outer
+  discovery trace and cuts out this shard's block."""
+
+  def __init__(self, name: str, mesh: Any, manual: frozenset | None,
+               state_specs: Callable[[State, Signature], list[P]]):
+    super().__init__(name)
+    self.mesh = mesh
+    self.manual = manual
+    self.state_specs = state_specs
+
+  def first_read(self, state: State, outer_value: Any) -> Any:
+    specs = self.state_specs(state, signature(outer_value))
+    leaves, treedef = jax.tree.flatten(outer_value)
+    return jax.tree.unflatten(treedef, [
+        _local_block(x, manual_spec(spec, self.manual), self.mesh)
+        for x, spec in zip(leaves, specs)])
+
+  def inner_signature(self, state: State, outer_sig: Signature) -> Signature:
+    treedef, avals = outer_sig
+    return treedef, tuple(
+        shard_aval(a, manual_spec(spec, self.manual), self.mesh)
+        for a, spec in zip(avals, self.state_specs(state, outer_sig)))
 
 
 def _reshard(value: Any, spec_tree: Any, mesh: Any,

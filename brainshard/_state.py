@@ -12,6 +12,7 @@ touch the same State at the same time.
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import weakref
@@ -58,7 +59,7 @@ def describe_value(value: Any) -> str:
 
 def describe_signature(sig: Signature) -> str:
   treedef, avals = sig
-  shorts = [a.str_short() for a in avals]
+  shorts = [_aval_short(a) for a in avals]
   if treedef == jax.tree.structure(0):
     return shorts[0]
   return str(jax.tree.unflatten(treedef, shorts)).replace("'", "")
@@ -66,9 +67,15 @@ def describe_signature(sig: Signature) -> str:
 
 def _short(x: Any) -> str:
   try:
-    return jax.typeof(x).str_short()
+    return _aval_short(jax.typeof(x))
   except TypeError:
     return type(x).__name__
+
+
+def _aval_short(aval: Any) -> str:
+  # ``f32[16@x]``-style, without the ``{V:x}`` varying-axes suffix that
+  # values inside shard_map carry: messages are about shapes and dtypes.
+  return re.sub(r"\{V:[^}]*\}", "", aval.str_short())
 
 
 def _to_array(x: Any, owner: str) -> Any:

@@ -647,3 +647,31 @@ def test_state_reshaped_outside_between_calls(axis_type):
   np.testing.assert_array_equal(buf.value, np.arange(16.0) * 2)
   assert seen[-1] == (4,)  # per-shard shape of the new value
   _assert_on_mesh(buf, m, P("x"))
+
+
+def test_body_using_pcast_and_varying_types_traces_like_jax_shard_map(axis_type):
+  """Discovery runs the body inside a real jax.shard_map, so code written
+  for JAX's varying-axes types (pcast / pvary) works, and the result matches
+  the same update done in numpy."""
+  m = mesh((4, 2), ("a", "b"), axis_type)
+  acc = bs.State(jnp.zeros((8, 2)), name="acc")
+  w = bs.State(jnp.arange(8.0) + 1, name="w")
+  runs = []
+
+  @bs.shard_map(mesh=m, in_specs=P("a"), out_specs=P("a", "b"),
+                state_in_specs={acc: P("a", "b"), w: P("a")})
+  def f(x):
+    runs.append(1)
+    y = jax.lax.pcast(x * w.value, ("b",), to="varying")  # varies over a, b
+    acc.value = acc.value + y[:, None]
+    return acc.value
+
+  x = jnp.arange(8.0)
+  f(x)
+  out = f(x)
+  expected = np.repeat((2 * np.arange(8.0) * (np.arange(8.0) + 1))[:, None],
+                       2, axis=1)
+  np.testing.assert_allclose(np.asarray(acc.value), expected)
+  np.testing.assert_allclose(np.asarray(out), expected)
+  assert acc.sharding.spec == P("a", "b")
+  assert len(runs) == 2  # discovery + the one compiled trace; then cached
