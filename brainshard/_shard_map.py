@@ -20,14 +20,15 @@ import jax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from brainshard import _compat
-from brainshard._jit import ReplayFrame, StatefulJit, gather_values
+from brainshard._compat import ArrayImpl
+from brainshard._jit import ReplayFrame, StatefulJit, _Rediscover, gather_values
 from brainshard._specs import (
     StateSpecs, arg_leaf_specs, check_spec, check_state_specs_arg,
     explicit_spec, has_explicit_axes, leaf_specs, resolve_state_spec,
     shard_aval, spec_axes)
 from brainshard._state import (
-    Signature, State, StateTraceError, current_signature, describe_signature,
-    frame_stack, write_results)
+    Signature, State, StateTraceError, _frames, current_signature,
+    describe_signature, frame_stack, write_results)
 from brainshard._stateful import StatefulFunction, fun_name
 
 __all__ = ["shard_map", "ShardMappedFunction"]
@@ -128,12 +129,19 @@ class ShardMappedFunction:
   # -- calling --------------------------------------------------------------
 
   def __call__(self, *args, **kwargs):
-    mesh = self._resolve_mesh()
-    if frame_stack() or not _compat.at_top_level():
+    mesh = self.mesh if self.mesh is not None else self._resolve_mesh()
+    if _frames.stack or not _compat.at_top_level():
       return self._traced_call(mesh, args, kwargs)
     runner = self._eager.get(mesh)
     if runner is None:
       runner = self._eager[mesh] = self._eager_runner(mesh)
+    # StatefulJit.__call__ inlined (this is the eager hot path).
+    plan = runner.plan
+    if plan is not None:
+      try:
+        return plan.call(args, kwargs)
+      except _Rediscover as err:
+        runner._grow(err)
     return runner(*args, **kwargs)
 
   def _eager_runner(self, mesh: Any) -> StatefulJit:
@@ -151,9 +159,23 @@ class ShardMappedFunction:
       plan = self._plan(mesh, args, kwargs)
       return plan.reads, plan.writes
 
+    def can_donate(state: State) -> bool:
+      # A buffer is reusable only where the state leaves with the layout it
+      # came in with.
+      for key, plan in self._plans.items():
+        if key.mesh is mesh or key.mesh == mesh:
+          out_specs = plan.write_specs.get(id(state))
+          in_specs = plan.read_specs.get(id(state))
+          if out_specs is not None and in_specs is not None and any(
+              _canonical(a, max(len(a), len(b)))
+              != _canonical(b, max(len(a), len(b)))
+              for a, b in zip(in_specs, out_specs)):
+            return False
+      return True
+
     placement = _Placement(self, mesh)
     return StatefulJit(run, self.name, discover=discover,
-                       place=placement.place)
+                       place=placement.place, can_donate=can_donate)
 
   # -- planning -------------------------------------------------------------
 
@@ -370,8 +392,10 @@ def _reshard(value: Any, spec_tree: Any, mesh: Any) -> Any:
 class _Placement:
   """Puts eager inputs on the mesh, unless they are already placed right.
 
-  Targets are cached per state and per argument structure, so the per-call
-  cost is one sharding comparison per leaf.
+  Per plan of the compiled program it precomputes each state's target
+  sharding, and per argument structure each leaf's, so a call whose inputs
+  are placed right (the steady state: the states hold the previous call's
+  outputs) costs one sharding comparison per leaf and rebuilds nothing.
   """
 
   def __init__(self, owner: ShardMappedFunction, mesh: Any):
@@ -379,7 +403,8 @@ class _Placement:
     self.mesh = mesh
     self._shardings: dict[P, NamedSharding] = {}
     self._state_specs: dict[int, tuple[Any, list[P]]] = {}
-    self._arg_specs: dict[Any, list[list[P]]] = {}
+    self._arg_targets: dict[Any, list[NamedSharding]] = {}
+    self._plan_targets: dict[int, tuple[Any, list, list]] = {}
 
   def _sharding(self, spec: P) -> NamedSharding:
     s = self._shardings.get(spec)
@@ -387,15 +412,7 @@ class _Placement:
       s = self._shardings[spec] = NamedSharding(self.mesh, spec)
     return s
 
-  def _put(self, value: Any, specs: Sequence[P]) -> Any:
-    leaves, treedef = jax.tree.flatten(value)
-    out = []
-    for x, spec in zip(leaves, specs):
-      target = self._sharding(spec)
-      if not (isinstance(x, jax.Array) and x.sharding == target):
-        x = jax.device_put(x, target)
-      out.append(x)
-    return jax.tree.unflatten(treedef, out)
+  # -- states -----------------------------------------------------------------
 
   def _specs_of_state(self, state: State, value: Any) -> list[P]:
     treedef = jax.tree.structure(value)
@@ -406,26 +423,77 @@ class _Placement:
           treedef, leaf_specs(spec, value, state._label()))
     return cached[1]
 
-  def _specs_of_args(self, args: tuple) -> list[list[P]]:
+  def _put_tree(self, value: Any, specs: Sequence[P]) -> Any:
+    leaves, treedef = jax.tree.flatten(value)
+    out = []
+    for x, spec in zip(leaves, specs):
+      target = self._sharding(spec)
+      if not (isinstance(x, jax.Array) and x.sharding == target):
+        x = jax.device_put(x, target)
+      out.append(x)
+    return jax.tree.unflatten(treedef, out)
+
+  def _state_target(self, state: State) -> NamedSharding | None:
+    """The one target of a state whose spec is a single PartitionSpec (any
+    array value takes it whole); None for per-leaf pytree specs."""
+    spec = resolve_state_spec(state, self.owner.state_in_specs)
+    if spec is None or isinstance(spec, P):
+      return self._sharding(P() if spec is None else spec)
+    return None
+
+  def _targets(self, plan) -> tuple[list, list]:
+    entry = self._plan_targets.get(id(plan))
+    if entry is None or entry[0] is not plan:
+      entry = self._plan_targets[id(plan)] = (
+          plan, [self._state_target(s) for s in plan.cand],
+          [self._state_target(s) for s in plan.rest])
+    return entry[1], entry[2]
+
+  def _place_states(self, states, values: list, targets: list) -> list:
+    for i, (x, t) in enumerate(zip(values, targets)):
+      if t is not None and type(x) is ArrayImpl:
+        if x.sharding != t:
+          values[i] = jax.device_put(x, t)
+      else:
+        values[i] = self._put_tree(x, self._specs_of_state(states[i], x))
+    return values
+
+  # -- arguments --------------------------------------------------------------
+
+  def _arg_specs(self, args: tuple) -> list[list[P]]:
     if self.owner.in_specs is None:  # follows the arguments' own shardings
       return self.owner._arg_specs(self.mesh, args)
-    treedef = jax.tree.structure(args)
-    specs = self._arg_specs.get(treedef)
-    if specs is None:
-      specs = self._arg_specs[treedef] = arg_leaf_specs(
-          self.owner.in_specs, args, None)
-    return specs
+    return arg_leaf_specs(self.owner.in_specs, args, None)
 
-  def place(self, jit_plan, donated, kept, args, kwargs):
-    donated = [self._put(v, self._specs_of_state(s, v))
-               for s, v in zip(jit_plan.donated, donated)]
-    kept = [self._put(v, self._specs_of_state(s, v))
-            for s, v in zip(jit_plan.kept, kept)]
-    args = tuple(self._put(a, specs)
-                 for a, specs in zip(args, self._specs_of_args(args)))
-    kwargs = {k: self._put(v, [P()] * len(jax.tree.leaves(v)))
-              for k, v in kwargs.items()}
-    return (donated, kept, *args), kwargs
+  def _place_args(self, args: tuple) -> tuple:
+    leaves, treedef = jax.tree.flatten(args)
+    if self.owner.in_specs is None:
+      key = (treedef, tuple(map(jax.typeof, leaves)))
+    else:
+      key = treedef
+    targets = self._arg_targets.get(key)
+    if targets is None:
+      targets = self._arg_targets[key] = [
+          self._sharding(spec)
+          for specs in self._arg_specs(args) for spec in specs]
+    moved = None
+    for i, (x, t) in enumerate(zip(leaves, targets)):
+      if not (type(x) is ArrayImpl and x.sharding == t):
+        if moved is None:
+          moved = list(leaves)
+        moved[i] = jax.device_put(x, t)
+    return args if moved is None else jax.tree.unflatten(treedef, moved)
+
+  def place(self, plan, cand: list, rest: list, args: tuple, kwargs: dict):
+    cand_targets, rest_targets = self._targets(plan)
+    cand = self._place_states(plan.cand, cand, cand_targets)
+    rest = self._place_states(plan.rest, rest, rest_targets)
+    if args:
+      args = self._place_args(args)
+    if kwargs:
+      kwargs = {k: self._put_tree(v, [P()] * len(jax.tree.leaves(v)))
+                for k, v in kwargs.items()}
+    return cand, rest, args, kwargs
 
 
 def shard_map(fun: Callable | None = None, mesh: Any = None,
