@@ -46,7 +46,7 @@ from typing import Any, Sequence
 
 from brainshard._compat import ArrayImpl
 
-__all__ = ["SOLE", "AUTO_SUPPORTED", "ARRAY_TYPES", "sole_mask", "sole_tree"]
+__all__ = ["SOLE", "SOLE_LOCAL", "AUTO_SUPPORTED", "ARRAY_TYPES", "sole_mask", "sole_tree"]
 
 _getrefcount = sys.getrefcount
 
@@ -71,9 +71,24 @@ def _calibrate() -> tuple[int, bool]:
   return sole, shared == sole + 1
 
 
+def _local_count(holder: _Holder) -> int:
+  # The pattern of brainshard/_fastcall.py: the value in a local, counted.
+  c0 = holder.value
+  return _getrefcount(c0)
+
+
+def _calibrate_local() -> tuple[int, bool]:
+  holder = _Holder()
+  holder.value = object()
+  sole = _local_count(holder)
+  extra = holder.value  # noqa: F841
+  return sole, _local_count(holder) == sole + 1
+
+
 SOLE, _COUNTS_EXACT = _calibrate()
+SOLE_LOCAL, _LOCAL_EXACT = _calibrate_local()
 _gil = getattr(sys, "_is_gil_enabled", None)
-AUTO_SUPPORTED = _COUNTS_EXACT and (_gil is None or _gil())
+AUTO_SUPPORTED = _COUNTS_EXACT and _LOCAL_EXACT and (_gil is None or _gil())
 
 
 def _children(node: Any) -> list | None:

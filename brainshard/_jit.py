@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import functools
 import inspect
+import operator
 import sys
 import weakref
 from typing import Any, Callable, Sequence
 
 import jax
 
-from brainshard import _compat, _donation
+from brainshard import _compat, _donation, _fastcall
 from brainshard._state import (
     _UNSET, Frame, State, _frames, frame_stack, write_results)
 from brainshard._stateful import (
@@ -31,6 +32,7 @@ from brainshard._stateful import (
 __all__ = ["jit", "JittedFunction", "StatefulJit", "ReplayFrame"]
 
 _getrefcount = sys.getrefcount
+_get_value = operator.attrgetter("_value")
 
 
 class _Rediscover(Exception):
@@ -118,6 +120,11 @@ class _Plan:
         donate is True or (self.auto and _donation.AUTO_SUPPORTED))
     self.j_all = (self.jitted_for((True,) * nc) if self.donates_all
                   else self.j_none)
+    self.check_refs = self.auto and self.donates_all
+    # `entry(*args, **kwargs)`: the call, generated for these states.
+    self.entry = _fastcall.make_entry(
+        self, self.j_all, self.call, self._call_nested, self._on_type_error,
+        core._retry, _Rediscover)
 
   def jitted_for(self, mask: tuple[bool, ...]) -> Any:
     """The ``jax.jit`` that donates the candidates where ``mask`` is True."""
@@ -186,16 +193,19 @@ class _Plan:
 
   # -- calling ----------------------------------------------------------------
 
+  # Calls normally go through ``self.entry`` (made in __init__, see
+  # _fastcall.py), which falls back to this for the unusual cases.
+
   def call(self, args, kwargs):
     if _frames.stack or not _compat.at_top_level():
       return self._call_nested(args, kwargs)
-    # Top level: the hot path. Values are read straight from the States'
-    # global slots and written straight back; a state created inside a
-    # transform holds _UNSET, which jax rejects before running anything.
-    cand = [s._value for s in self.cand]
-    rest = [s._value for s in self.rest]
+    # Top level: values are read straight from the States' global slots and
+    # written straight back; a state created inside a transform holds
+    # _UNSET, which jax rejects before running anything.
+    cand = list(map(_get_value, self.cand))
+    rest = list(map(_get_value, self.rest))
     jitted = self.j_all
-    if self.auto and self.donates_all:
+    if self.check_refs:
       counts = list(map(_getrefcount, cand))
       if counts.count(_donation.SOLE) != self.nc or not (
           _donation.ARRAY_TYPES.issuperset(map(type, cand))):
@@ -205,12 +215,15 @@ class _Plan:
         cand, rest, args, kwargs = self.place(self, cand, rest, args, kwargs)
       out, new_vals = jitted(*cand, rest, *args, **kwargs)
     except TypeError:
-      gather_values(self.reads, self.core.name)  # the State's own error
+      self._on_type_error()
       raise
     for s, x in zip(self.writes, new_vals):
       s._value = x
       s._sig = None
     return out
+
+  def _on_type_error(self) -> None:
+    gather_values(self.reads, self.core.name)  # the State's own error, if any
 
   def _call_nested(self, args, kwargs):
     """Under a brainshard frame (or a foreign JAX trace): no donation, and
@@ -255,7 +268,23 @@ class StatefulJit:
     self.can_donate = can_donate
     self.jit_kwargs = jit_kwargs or {}
     self.place = place
-    self.plan: _Plan | None = None
+    self.plan = None
+
+  @property
+  def plan(self) -> _Plan | None:
+    return self._plan
+
+  @plan.setter
+  def plan(self, plan: _Plan | None) -> None:
+    self._plan = plan
+    self.entry = self._first_call if plan is None else plan.entry
+
+  def _first_call(self, *args, **kwargs):
+    return self.with_plan(args, kwargs, lambda p: p.call(args, kwargs))
+
+  def _retry(self, err: _Rediscover, args, kwargs):
+    self._grow(err)
+    return self.with_plan(args, kwargs, lambda p: p.call(args, kwargs))
 
   def plan_for(self, args, kwargs) -> _Plan:
     if self.plan is None:
@@ -288,13 +317,7 @@ class StatefulJit:
         "between traces.")
 
   def __call__(self, *args, **kwargs):
-    plan = self.plan
-    if plan is not None:
-      try:
-        return plan.call(args, kwargs)
-      except _Rediscover as err:
-        self._grow(err)
-    return self.with_plan(args, kwargs, lambda p: p.call(args, kwargs))
+    return self.entry(*args, **kwargs)
 
 
 class JittedFunction:
@@ -329,16 +352,11 @@ class JittedFunction:
     d = self.stateful.discover(*args, **kwargs)
     return d.read_states, d.write_states
 
-  def __call__(self, *args, **kwargs):
-    # StatefulJit.__call__ inlined: one Python frame less per call.
-    core = self._core
-    plan = core.plan
-    if plan is not None:
-      try:
-        return plan.call(args, kwargs)
-      except _Rediscover as err:
-        core._grow(err)
-    return core.with_plan(args, kwargs, lambda p: p.call(args, kwargs))
+  # Calling the object calls ``self._core.entry`` directly: Python looks
+  # ``__call__`` up on the type, and this property hands it the core's current
+  # entry through a C-level getter, so no Python frame of ours sits between
+  # the caller and the plan's generated call (see _fastcall.py).
+  __call__ = property(operator.attrgetter("_core.entry"))
 
   def __get__(self, instance, owner=None):
     if instance is None:

@@ -21,7 +21,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from brainshard import _compat
 from brainshard._compat import ArrayImpl
-from brainshard._jit import ReplayFrame, StatefulJit, _Rediscover, gather_values
+from brainshard._jit import ReplayFrame, StatefulJit, gather_values
 from brainshard._specs import (
     StateSpecs, arg_leaf_specs, check_spec, check_state_specs_arg,
     explicit_spec, has_explicit_axes, leaf_specs, resolve_state_spec,
@@ -135,14 +135,7 @@ class ShardMappedFunction:
     runner = self._eager.get(mesh)
     if runner is None:
       runner = self._eager[mesh] = self._eager_runner(mesh)
-    # StatefulJit.__call__ inlined (this is the eager hot path).
-    plan = runner.plan
-    if plan is not None:
-      try:
-        return plan.call(args, kwargs)
-      except _Rediscover as err:
-        runner._grow(err)
-    return runner(*args, **kwargs)
+    return runner.entry(*args, **kwargs)
 
   def _eager_runner(self, mesh: Any) -> StatefulJit:
     if not isinstance(mesh, jax.sharding.Mesh):

@@ -1,0 +1,3 @@
+"""Placeholder; replaced below."""
+def render(doc, docs_dir):
+  return docs_dir
