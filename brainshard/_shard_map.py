@@ -372,9 +372,16 @@ def _reshard(value: Any, spec_tree: Any, mesh: Any) -> Any:
   spec; values already placed right pass through untouched."""
   def one(spec, sub):
     def leaf(x):
-      x_spec = explicit_spec(jax.typeof(x), mesh)
-      ndim = jax.typeof(x).ndim
+      aval = jax.typeof(x)
+      x_spec = explicit_spec(aval, mesh)
+      ndim = aval.ndim
       if x_spec is not None and _canonical(x_spec, ndim) == _canonical(spec, ndim):
+        return x
+      sharding = getattr(aval, "sharding", None)
+      if (not spec_axes(spec) and sharding is not None
+          and sharding.mesh.empty):
+        # An unsharded value entering replicated needs no constraint (and
+        # pure jax.shard_map emits none): keeps the program identical.
         return x
       return jax.sharding.reshard(x, NamedSharding(mesh, spec))
     return jax.tree.map(leaf, sub)
