@@ -33,7 +33,25 @@ def rss_mib() -> float:
     return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / MIB
 
 
+def reset_peak() -> bool:
+  """Resets the kernel's peak-RSS mark (Linux >= 4.0), so the peak read
+  later belongs to the steps alone."""
+  try:
+    with open("/proc/self/clear_refs", "w") as f:
+      f.write("5")
+    return True
+  except OSError:
+    return False
+
+
 def peak_mib() -> float:
+  try:
+    with open("/proc/self/status") as f:
+      for line in f:
+        if line.startswith("VmHWM:"):
+          return int(line.split()[1]) / 1024
+  except OSError:
+    pass
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -72,12 +90,13 @@ def main(impl: str, mib: int) -> dict:
     sync = lambda: box[0]
   jax.block_until_ready(sync())
   base = rss_mib()  # the state is resident now, nothing else of size
+  exact = reset_peak()
   for _ in range(3):
     run()
     jax.block_until_ready(sync())
   peak = peak_mib()
   return dict(
-      mib=mib,
+      mib=mib, peak_reset=exact,
       rss_base_mib=base, rss_peak_mib=peak,
       rss_peak_over_state_mib=peak - base,
       args_mib=analysis.argument_size_in_bytes / MIB,

@@ -39,7 +39,7 @@ def make_entry(plan: Any, jitted: Any, generic: Callable, nested: Callable,
 
   Args:
     plan: a ``_Plan`` (``cand``, ``rest``, ``writes``, ``check_refs``,
-      ``place``).
+      ``place``, ``place_targets``).
     jitted: the program to call when every candidate may be donated (or
       when no reference check applies).
     generic: ``(args, kwargs)``: the generic top-level call.
@@ -84,9 +84,12 @@ def _body(plan: Any, ns: dict) -> list[str]:
     lines += [f"if {test}:",
               f"  del {', '.join(cand)}",  # our references would count
               "  return _generic(args, kwargs)"]
+  call_args = ", ".join(cand + [f"[{', '.join(rest)}]", "*args"])
+  fast = plan.place_targets(plan) if plan.place is not None else None
+  if plan.place is not None and fast is not None:
+    lines += _placement_checks(plan, fast, ns, cand + rest)
   lines += ["try:"]
-  if plan.place is None:
-    call_args = ", ".join(cand + [f"[{', '.join(rest)}]", "*args"])
+  if plan.place is None or fast is not None:
     lines += [f"  out, new = _jitted({call_args}, **kwargs)"]
   else:
     ns.update(_place=plan.place, _plan=plan)
@@ -102,4 +105,35 @@ def _body(plan: Any, ns: dict) -> list[str]:
               " = ".join(f"W{i}._sig" for i in range(len(plan.writes)))
               + " = None"]
   lines += ["return out"]
+  return lines
+
+
+def _placement_checks(plan: Any, fast: tuple, ns: dict,
+                      local_names: list[str]) -> list[str]:
+  """Inline "already placed right?" checks; anything else takes the generic
+  path, which places (device_put) what needs it.
+
+  ``fast`` is ``(state_targets, arg_targets, place_args)``: one target
+  sharding per state of ``plan.reads``; for positional arguments either one
+  target for all, or None and a ``place_args(args) -> args`` function.
+  """
+  state_targets, arg_target, place_args = fast
+  tests = []
+  for i, (name, target) in enumerate(zip(local_names, state_targets)):
+    ns[f"T{i}"] = target
+    tests.append(f"type({name}) is not _Array or {name}.sharding != T{i}")
+  tests.append("kwargs")
+  lines = [f"if {' or '.join(tests)}:"]
+  if local_names:
+    lines += [f"  del {', '.join(local_names)}"]
+  lines += ["  return _generic(args, kwargs)"]
+  if arg_target is not None:
+    ns["TA"] = arg_target
+    lines += ["for a in args:",
+              "  if type(a) is not _Array or a.sharding != TA:",
+              "    del a" + "".join(f", {n}" for n in local_names),
+              "    return _generic(args, kwargs)"]
+  elif place_args is not None:
+    ns["_place_args"] = place_args
+    lines += ["if args:", "  args = _place_args(args)"]
   return lines

@@ -105,6 +105,7 @@ class _Plan:
     self.writes = tuple(writes)
     self.auto = donate == "auto"
     self.place = core.place
+    self.place_targets = core.place_targets
     nc = self.nc = len(self.cand)
 
     def pure(*call_args, **kwargs):
@@ -251,12 +252,16 @@ class StatefulJit:
     place: optional ``(plan, cand_vals, rest_vals, args, kwargs) ->
       (cand_vals, rest_vals, args, kwargs)`` that puts inputs where the
       program expects them (``plan.cand`` / ``plan.rest`` are the states).
+    place_targets: optional ``(plan) -> (state_targets, arg_target,
+      place_args) | None``: the shardings ``place`` would leave alone, so the
+      generated call can check them inline (see _fastcall.py).
   """
 
   def __init__(self, fun: Callable, name: str, *,
                discover: Callable, static_argnums=(), static_argnames=(),
                donate_argnums=(), donate_states: bool | str = "auto",
                jit_kwargs=None, place: Callable | None = None,
+               place_targets: Callable | None = None,
                can_donate: Callable[[State], bool] | None = None):
     self.fun = fun
     self.name = name
@@ -268,6 +273,7 @@ class StatefulJit:
     self.can_donate = can_donate
     self.jit_kwargs = jit_kwargs or {}
     self.place = place
+    self.place_targets = place_targets or (lambda plan: None)
     self.plan = None
 
   @property

@@ -21,6 +21,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from brainshard import _compat
 from brainshard._compat import ArrayImpl
+
+_ARRAYS = frozenset({ArrayImpl})
 from brainshard._jit import ReplayFrame, StatefulJit, gather_values
 from brainshard._specs import (
     StateSpecs, arg_leaf_specs, check_spec, check_state_specs_arg,
@@ -168,7 +170,9 @@ class ShardMappedFunction:
 
     placement = _Placement(self, mesh)
     return StatefulJit(run, self.name, discover=discover,
-                       place=placement.place, can_donate=can_donate)
+                       place=placement.place,
+                       place_targets=placement.fast_targets,
+                       can_donate=can_donate)
 
   # -- planning -------------------------------------------------------------
 
@@ -449,6 +453,20 @@ class _Placement:
           [self._state_target(s) for s in plan.rest])
     return entry[1], entry[2]
 
+  def fast_targets(self, plan):
+    """For the generated call: every read state's target sharding (None if
+    some state takes per-leaf pytree specs), and the target of every
+    positional argument when ``in_specs`` is one PartitionSpec (else
+    ``_place_args`` to run)."""
+    cand, rest = self._targets(plan)
+    targets = cand + rest
+    if any(t is None for t in targets):
+      return None
+    spec = self.owner.in_specs
+    if isinstance(spec, P):
+      return targets, self._sharding(spec), None
+    return targets, None, self._place_args
+
   def _place_states(self, states, values: list, targets: list) -> list:
     for i, (x, t) in enumerate(zip(values, targets)):
       if t is not None and type(x) is ArrayImpl:
@@ -466,11 +484,14 @@ class _Placement:
     return arg_leaf_specs(self.owner.in_specs, args, None)
 
   def _place_args(self, args: tuple) -> tuple:
-    leaves, treedef = jax.tree.flatten(args)
-    if self.owner.in_specs is None:
-      key = (treedef, tuple(map(jax.typeof, leaves)))
+    if self.owner.in_specs is not None and _ARRAYS.issuperset(map(type, args)):
+      leaves, treedef, key = args, None, len(args)  # flat: no tree walk
     else:
-      key = treedef
+      leaves, treedef = jax.tree.flatten(args)
+      if self.owner.in_specs is None:
+        key = (treedef, tuple(map(jax.typeof, leaves)))
+      else:
+        key = treedef
     targets = self._arg_targets.get(key)
     if targets is None:
       targets = self._arg_targets[key] = [
@@ -482,7 +503,9 @@ class _Placement:
         if moved is None:
           moved = list(leaves)
         moved[i] = jax.device_put(x, t)
-    return args if moved is None else jax.tree.unflatten(treedef, moved)
+    if moved is None:
+      return args
+    return tuple(moved) if treedef is None else jax.tree.unflatten(treedef, moved)
 
   def place(self, plan, cand: list, rest: list, args: tuple, kwargs: dict):
     cand_targets, rest_targets = self._targets(plan)
