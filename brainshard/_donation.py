@@ -16,9 +16,8 @@ every state that is both read and written:
 ``sys.getrefcount`` answers that exactly under the GIL. Why it is safe:
 
 * A user who kept ``old = state.value`` (or put it in a list, a dict, a
-  closure, a NumPy-free ``jnp.asarray(old)``, which returns the same
-  object) holds a second reference, so that call does not donate and
-  ``old`` stays valid.
+  closure; ``jnp.asarray(old)`` returns the same object) holds a second
+  reference, so that call does not donate and ``old`` stays valid.
 * JAX keeps no Python references to the arrays passed to a compiled call
   (its caches hold avals and shardings, never arrays); brainshard keeps
   none either. Two States never share an Array object unless the user
