@@ -4,7 +4,9 @@ Machines here are shared and noisy, so the implementations being compared are
 timed in alternation (A, B, C, then B, C, A, ...) and each repeat yields one
 ratio per implementation against the baseline timed right next to it; the
 reported ratio is the median of those, and the spread is its interquartile
-range. Absolute times (medians) are reported beside, never asserted.
+range; the ratio of the best (minimum) times is kept too, as a second
+estimate that load spikes cannot inflate. Absolute times (medians) are
+reported beside, never asserted.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class Timing:
   ratio_hi: float
   number: int                # calls per timed batch
   samples: list = field(default_factory=list)
+  ratio_best: float = 0.0    # min(this) / min(baseline): robust to load spikes
 
 
 def _batch(case: Case, number: int) -> float:
@@ -85,7 +88,7 @@ def compare(cases: dict[str, Case], baseline: str, *, repeats: int,
     q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
     out[name] = Timing(statistics.median(samples[name]),
                        statistics.median(ratios), q[0], q[-1], numbers[name],
-                       samples[name])
+                       samples[name], min(samples[name]) / min(base))
   return out
 
 
@@ -116,5 +119,5 @@ def compare_once(makers: dict[str, Callable[[], Callable[[], Any]]],
     q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
     out[name] = Timing(statistics.median(samples[name]),
                        statistics.median(ratios), q[0], q[-1], 1,
-                       samples[name])
+                       samples[name], min(samples[name]) / min(base))
   return out

@@ -45,8 +45,9 @@ def row(workload: str, case: str, impl: str, t: Timing | None, base: Timing | No
   if unavailable is not None:
     r["unavailable"] = unavailable
   else:
-    r.update(ratio=t.ratio, lo=t.ratio_lo, hi=t.ratio_hi, time_s=t.per_call_s,
-             baseline_time_s=base.per_call_s, number=t.number)
+    r.update(ratio=t.ratio, lo=t.ratio_lo, hi=t.ratio_hi, best=t.ratio_best,
+             time_s=t.per_call_s, baseline_time_s=base.per_call_s,
+             number=t.number)
   return r
 
 
@@ -77,7 +78,8 @@ def _rows(ctx, workload, case, timings, missing, baseline, *, goal_for=None,
     out.append(r)
     if impl != baseline:
       ctx.log(f"  {workload:<10} {case:<22} {impl:<34} {t.ratio:6.3f}x "
-              f"[{t.ratio_lo:.3f}-{t.ratio_hi:.3f}]  {t.per_call_s * 1e6:10.1f} us "
+              f"[{t.ratio_lo:.3f}-{t.ratio_hi:.3f}] best {t.ratio_best:.3f} "
+              f"{t.per_call_s * 1e6:10.1f} us "
               f"(base {base.per_call_s * 1e6:.1f} us)")
   for impl, why in missing.items():
     out.append(row(workload, case, impl, None, None, baseline=baseline, x=x,

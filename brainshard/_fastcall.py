@@ -28,7 +28,7 @@ __all__ = ["MAX_STATES", "make_entry"]
 
 # Beyond this many states the generic path's per-state cost is small next to
 # JAX's own per-argument cost, and the generated source would only grow.
-MAX_STATES = 32
+MAX_STATES = 256
 
 
 def make_entry(plan: Any, jitted: Any, generic: Callable, nested: Callable,
@@ -54,7 +54,7 @@ def make_entry(plan: Any, jitted: Any, generic: Callable, nested: Callable,
       _generic=generic, _nested=nested, _on_type_error=on_type_error,
       _retry=retry, _Rediscover=rediscover)
   lines = ["def entry(*args, **kwargs):", "  try:"]
-  if len(plan.reads) + len(plan.writes) > MAX_STATES:
+  if max(len(plan.reads), len(plan.writes)) > MAX_STATES:
     lines += ["    return _generic(args, kwargs)"]
   else:
     lines += ["    " + line for line in _body(plan, ns)]
