@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import warnings
-from typing import Any, Callable
+from typing import Callable
 
 import jax
 import jax.numpy as jnp

@@ -160,21 +160,48 @@ def plot_states(rows: list[dict], path: str) -> bool:
   return True
 
 
+def _peer_summary(rows: list[dict]) -> str:
+  peers = OrderedDict()
+  for r in rows:
+    impl = r["impl"]
+    if impl.startswith(BS) or impl == r.get("baseline") or "ratio" not in r:
+      continue
+    if impl.startswith("jax."):
+      continue
+    peers.setdefault(impl, []).append(r["ratio"])
+  return "; ".join(
+      f"{impl}: {min(v):.1f}" + (f"-{max(v):.1f}" if len(v) > 1 else "")
+      for impl, v in peers.items()) or "-"
+
+
 def _goal_summary(results: list[dict]) -> list[str]:
-  out = ["| goal | brainshard | met? |", "| --- | --- | --- |"]
+  out = ["| goal | brainshard (median ratio per case) | met? | peers on the same workload |",
+         "| --- | --- | --- | --- |"]
   for workload, impl, goal, what in GOALS:
-    rows = [r for r in _by(results, workload)
-            if (impl is None and r["impl"].startswith(BS)) or r["impl"] == impl]
+    allrows = _by(results, workload)
+    rows = [r for r in allrows
+            if (impl is None and r["impl"].startswith(BS))
+            or r["impl"] == impl
+            or ("unavailable" in r and r["impl"].startswith(BS))]
     if not rows:
       continue
     if all("unavailable" in r for r in rows):
-      out.append(f"| {what} ≤ {goal} | {rows[0]['unavailable']} | pending |")
+      out.append(f"| {what} ≤ {goal} | {rows[0]['unavailable']} | pending | |")
       continue
     rs = [r for r in rows if "ratio" in r]
     worst = max(rs, key=lambda r: r["ratio"])
-    cells = ", ".join(f"{r['case']}: {r['ratio']:.2f}" for r in rs)
+    def label(r):
+      if impl is not None:
+        return r["case"]
+      return f"{r['case']} ({r['impl'][len(BS):].strip() or 'bs.jit'})"
+    cells = ", ".join(f"{label(r)}: {r['ratio']:.2f}" for r in rs)
     met = all(r["ratio"] <= goal for r in rs)
-    out.append(f"| {what} ≤ {goal} | {cells} | {'yes' if met else '**no** (worst ' + format(worst['ratio'], '.2f') + ')'} |")
+    verdict = "yes" if met else f"**no** (worst {worst['ratio']:.2f})"
+    peers = "-" if impl is None else _peer_summary(
+        [r for r in allrows if r["case"] in {x["case"] for x in rs}])
+    if impl is None:
+      peers = _peer_summary(allrows)
+    out.append(f"| {what} ≤ {goal} | {cells} | {verdict} | {peers} |")
   return out
 
 

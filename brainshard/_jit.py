@@ -455,7 +455,8 @@ class Compiled:
 
 
 def _check_donate_states(value: Any) -> bool | str:
-  if value is True or value is False or (isinstance(value, str) and value == "auto"):
+  if value is True or value is False or (
+      isinstance(value, str) and value == "auto"):
     return value
   raise ValueError(
       f"donate_states must be 'auto', True or False; got {value!r}.")
