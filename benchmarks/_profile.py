@@ -44,8 +44,8 @@ def _dispatch(n: int):
   return f, direct, lambda: states[0].value
 
 
-def _eager():
-  mesh = jax.make_mesh((8,), ("x",))
+def _eager(k: int):
+  mesh = jax.make_mesh((k,), ("x",), devices=jax.devices()[:k])
   model = M.LifBs(8 * 512, mesh)
   f = model.sharded()
   i_ext = model.i_ext
@@ -88,10 +88,11 @@ def profile_all() -> dict:
       ("bs.jit, N=10", lambda: _dispatch(10), 5000, 1000),
       ("bs.jit, N=100", lambda: _dispatch(100), 500, 1000),
       # Short batches: XLA:CPU collectives deadlock with many in flight.
-      ("eager bs.shard_map, 8 devices", _eager, 300, 8)):
+      ("eager bs.shard_map, 1 device", lambda: _eager(1), 2000, 8),
+      ("eager bs.shard_map, 8 devices", lambda: _eager(8), 300, 8)):
     call, direct, sync = build()
     t = compare({"direct": Case(direct, sync), "brainshard": Case(call, sync)},
-                "direct", repeats=15, target_s=0.01, max_number=inflight)
+                "direct", repeats=31, target_s=0.01, max_number=inflight)
     entry = dict(
         brainshard_us=t["brainshard"].per_call_s * 1e6,
         direct_us=t["direct"].per_call_s * 1e6,
