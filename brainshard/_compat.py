@@ -12,16 +12,28 @@ from typing import Any
 
 from jax._src import core as _core
 from jax._src import source_info_util as _source_info
+from jax._src.array import ArrayImpl
 
 from jax.extend.core import get_opaque_trace_state
 
 __all__ = ["at_top_level", "current_trace", "new_trace_input",
-           "get_opaque_trace_state", "step_aval", "eager"]
+            "get_opaque_trace_state", "step_aval", "eager", "ArrayImpl"]
 
+# `ArrayImpl` is the concrete type of every jax.Array a computation returns;
+# the donation rule (brainshard/_donation.py) only vouches for that type.
+# `at_top_level` is on every call's path, so it reads the thread-local trace
+# slot directly instead of going through `trace_ctx.trace`'s property.
+_eval_trace = _core.eval_trace
+_trace_slot = getattr(_core, "trace_state_strong_ref", None)
 
-def at_top_level() -> bool:
-  """True when no JAX transform is tracing on this thread (eager mode)."""
-  return _core.trace_ctx.trace is _core.eval_trace
+if _trace_slot is not None:
+  def at_top_level() -> bool:
+    """True when no JAX transform is tracing on this thread (eager mode)."""
+    return _trace_slot.value is _eval_trace
+else:  # pragma: no cover - older/newer JAX without the slot
+  def at_top_level() -> bool:
+    """True when no JAX transform is tracing on this thread (eager mode)."""
+    return _core.trace_ctx.trace is _core.eval_trace
 
 
 def current_trace() -> Any:

@@ -26,14 +26,14 @@ from brainshard._axes import (
     Rules, current_rules, freeze_rules, merged_rules, using_rules)
 from brainshard._args import Call, check_kwarg_specs, split_call, static_args
 from brainshard._jit import ReplayFrame, StatefulJit, gather_values
+from brainshard._placement import Placement, canonical_spec
 from brainshard._specs import (
     NO_MATCH, StateSpecs, arg_leaf_specs, check_spec, check_state_specs_arg,
     explicit_spec, has_explicit_axes, leaf_specs, manual_spec, match_state_spec,
     resolve_state_spec, shard_aval, spec_axes)
 from brainshard._state import (
-    Signature, State, StateTraceError, current_signature, describe_signature,
-    signature,
-    Frame, frame_stack, write_results)
+    Signature, State, StateTraceError, _frames, current_signature,
+    describe_signature, signature, Frame, write_results)
 from brainshard._stateful import _DiscoveryFrame, fun_name
 
 __all__ = ["shard_map", "ShardMappedFunction"]
@@ -41,12 +41,6 @@ __all__ = ["shard_map", "ShardMappedFunction"]
 
 def _spec_tree(treedef: Any, specs: Sequence[P]) -> Any:
   return jax.tree.unflatten(treedef, list(specs))
-
-
-def _canonical(spec: P, ndim: int) -> tuple:
-  entries = list(spec) + [None] * (ndim - len(spec))
-  return tuple(e if not (isinstance(e, tuple) and len(e) == 1) else e[0]
-               for e in entries)
 
 
 class _Signature(NamedTuple):
@@ -139,13 +133,13 @@ class ShardMappedFunction:
     return self._call(rules, args, kwargs)
 
   def _call(self, rules: Rules, args: tuple, kwargs: dict) -> Any:
-    mesh = self._resolve_mesh()
-    if frame_stack() or not _compat.at_top_level():
+    mesh = self.mesh if self.mesh is not None else self._resolve_mesh()
+    if _frames.stack or not _compat.at_top_level():
       return self._traced_call(mesh, args, kwargs)
     runner = self._eager.get((mesh, rules))
     if runner is None:
       runner = self._eager[(mesh, rules)] = self._eager_runner(mesh)
-    return runner(*args, **kwargs)
+    return runner.entry(*args, **kwargs)
 
   def _eager_runner(self, mesh: Any) -> StatefulJit:
     if not isinstance(mesh, jax.sharding.Mesh):
@@ -162,11 +156,27 @@ class ShardMappedFunction:
       plan = self._plan(mesh, args, kwargs)
       return plan.reads, plan.writes
 
-    placement = _Placement(self, mesh)
+    def can_donate(state: State) -> bool:
+      # A buffer is reusable only where the state leaves with the layout it
+      # came in with.
+      for key, plan in self._plans.items():
+        if key.mesh is mesh or key.mesh == mesh:
+          out_specs = plan.write_specs.get(id(state))
+          in_specs = plan.read_specs.get(id(state))
+          if out_specs is not None and in_specs is not None and any(
+              canonical_spec(a, max(len(a), len(b)))
+              != canonical_spec(b, max(len(a), len(b)))
+              for a, b in zip(in_specs, out_specs)):
+            return False
+      return True
+
+    placement = Placement(self, mesh)
     return StatefulJit(run, self.name, discover=discover,
                        static_argnums=self.static_argnums,
                        static_argnames=self.static_argnames,
-                       place=placement.place)
+                       place=placement.place,
+                       place_targets=placement.fast_targets,
+                       can_donate=can_donate)
 
   # -- planning -------------------------------------------------------------
 
@@ -548,102 +558,23 @@ def _reshard(value: Any, spec_tree: Any, mesh: Any,
   already placed right pass through untouched."""
   def one(spec, sub):
     def leaf(x):
-      x_spec = explicit_spec(jax.typeof(x), mesh)
-      ndim = jax.typeof(x).ndim
-      if x_spec is not None and _canonical(
-          manual_spec(x_spec, manual), ndim) == _canonical(
+      aval = jax.typeof(x)
+      x_spec = explicit_spec(aval, mesh)
+      ndim = aval.ndim
+      if x_spec is not None and canonical_spec(
+          manual_spec(x_spec, manual), ndim) == canonical_spec(
               manual_spec(spec, manual), ndim):
+        return x
+      sharding = getattr(aval, "sharding", None)
+      if (not spec_axes(spec) and sharding is not None
+          and sharding.mesh.empty):
+        # An unsharded value entering replicated needs no constraint (and
+        # pure jax.shard_map emits none): keeps the program identical.
         return x
       return jax.sharding.reshard(x, NamedSharding(mesh, spec))
     return jax.tree.map(leaf, sub)
   return jax.tree.map(one, spec_tree, value,
                       is_leaf=lambda x: isinstance(x, P) or x is None)
-
-
-class _Placement:
-  """Puts eager inputs on the mesh, unless they are already placed right.
-
-  Targets are cached per state and per argument structure, so the per-call
-  cost is one sharding comparison per leaf.
-  """
-
-  def __init__(self, owner: ShardMappedFunction, mesh: Any):
-    self.owner = owner
-    self.mesh = mesh
-    self._shardings: dict[P, NamedSharding] = {}
-    self._state_specs: dict[int, tuple[Any, list[P]]] = {}
-    self._arg_specs: dict[Any, list[list[P]]] = {}
-
-  def _sharding(self, spec: P) -> NamedSharding:
-    s = self._shardings.get(spec)
-    if s is None:
-      s = self._shardings[spec] = NamedSharding(self.mesh, spec)
-    return s
-
-  def _put(self, value: Any, specs: Sequence[P], owner: Callable[[], str]) -> Any:
-    leaves, treedef = jax.tree.flatten(value)
-    out = []
-    for x, spec in zip(leaves, specs):
-      target = self._sharding(spec)
-      if not (isinstance(x, jax.Array) and _same_placement(x, target)):
-        # Validate first: a shape the mesh cannot split (say, a state given a
-        # new shape between calls) must name the state, not fail in JAX.
-        check_spec(spec, jax.typeof(x).shape, self.mesh, owner())
-        x = jax.device_put(x, target)
-      out.append(x)
-    return jax.tree.unflatten(treedef, out)
-
-  def _specs_of_state(self, state: State, value: Any) -> list[P]:
-    treedef = jax.tree.structure(value)
-    cached = self._state_specs.get(id(state))
-    if cached is None or cached[0] != treedef:
-      spec = resolve_state_spec(state, self.owner.state_in_specs,
-                                value=value)
-      cached = self._state_specs[id(state)] = (
-          treedef, leaf_specs(spec, value, state._label()))
-    return cached[1]
-
-  def _specs_of_args(self, args: tuple) -> list[list[P]]:
-    if self.owner.in_specs is None:  # follows the arguments' own shardings
-      return self.owner._arg_specs(self.mesh, args)
-    treedef = jax.tree.structure(args)
-    specs = self._arg_specs.get(treedef)
-    if specs is None:
-      specs = self._arg_specs[treedef] = arg_leaf_specs(
-          self.owner.in_specs, args, None)
-    return specs
-
-  def _put_state(self, state: State, value: Any) -> Any:
-    return self._put(value, self._specs_of_state(state, value),
-                     lambda: f"{self.owner.name}: {state._label()}")
-
-  def place(self, jit_plan, donated, kept, args, kwargs):
-    donated = [self._put_state(s, v) for s, v in zip(jit_plan.donated, donated)]
-    kept = [self._put_state(s, v) for s, v in zip(jit_plan.kept, kept)]
-    name = self.owner.name
-    call = self.owner._split(args, kwargs)
-    placed = iter(tuple(
-        self._put(a, specs, lambda i=i: f"{name}: positional argument {i}")
-        for i, (a, specs) in enumerate(
-            zip(call.args, self._specs_of_args(call.args)))))
-    static = dict(call.static[0])  # static arguments stay Python values
-    args = tuple(static[i] if i in static else next(placed)
-                 for i in range(len(args)))
-    kwarg_specs = self.owner.kwarg_specs
-    kwargs = {**{k: self._put(v, leaf_specs(kwarg_specs.get(k, P()), v, k),
-                              lambda k=k: f"{name}: keyword argument {k!r}")
-                 for k, v in call.kwargs.items()}, **dict(call.static[1])}
-    return (donated, kept, *args), kwargs
-
-
-def _same_placement(x: jax.Array, target: NamedSharding) -> bool:
-  """Whether ``x`` already lies as ``target`` says. JAX may spell an equal
-  spec differently (``P('x', None)`` for ``P('x')``), so compare canonically."""
-  s = x.sharding
-  if s == target:
-    return True
-  return (isinstance(s, NamedSharding) and s.mesh == target.mesh and
-          _canonical(s.spec, x.ndim) == _canonical(target.spec, x.ndim))
 
 
 def shard_map(fun: Callable | None = None, mesh: Any = None,

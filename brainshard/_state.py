@@ -109,6 +109,14 @@ def _has_tracer(value: Any) -> bool:
 # The per-thread frame stack
 
 
+# Held by a top-level brainshard call from reading the states' slots until
+# its results are written back, and by top-level `.value` reads. A call may
+# donate a state's buffer once its reference count shows that only the State
+# holds it; without the lock another thread could take a reference between
+# that check and the dispatch, and find the array deleted.
+SLOT_LOCK = threading.RLock()
+
+
 class _ThreadFrames(threading.local):
   def __init__(self):
     self.stack: list[Frame] = []
@@ -352,7 +360,8 @@ class State:
     stack = _frames.stack
     if stack:
       return stack[-1].read(self)
-    return self._global_value()
+    with SLOT_LOCK:
+      return self._global_value()
 
   @value.setter
   def value(self, new_value: Any) -> None:

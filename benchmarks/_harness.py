@@ -1,0 +1,123 @@
+"""Interleaved timing: every figure is a ratio measured in one process.
+
+Machines here are shared and noisy, so the implementations being compared are
+timed in alternation (A, B, C, then B, C, A, ...) and each repeat yields one
+ratio per implementation against the baseline timed right next to it; the
+reported ratio is the median of those, and the spread is its interquartile
+range; the ratio of the best (minimum) times is kept too, as a second
+estimate that load spikes cannot inflate. Absolute times (medians) are
+reported beside, never asserted.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import jax
+
+
+@dataclass
+class Case:
+  """One implementation of a workload: ``run()`` does one call (one step);
+  ``sync()`` returns something to block on after a batch of calls."""
+  run: Callable[[], Any]
+  sync: Callable[[], Any] = lambda: None
+
+
+@dataclass
+class Timing:
+  per_call_s: float          # median seconds per call
+  ratio: float               # median over repeats of (this / baseline)
+  ratio_lo: float            # quartiles of the per-repeat ratios
+  ratio_hi: float
+  number: int                # calls per timed batch
+  samples: list = field(default_factory=list)
+  ratio_best: float = 0.0    # min(this) / min(baseline): robust to load spikes
+
+
+def _batch(case: Case, number: int) -> float:
+  run = case.run
+  gc_was = gc.isenabled()
+  gc.disable()
+  try:
+    t0 = time.perf_counter()
+    for _ in range(number):
+      run()
+    jax.block_until_ready(case.sync())
+    return time.perf_counter() - t0
+  finally:
+    if gc_was:
+      gc.enable()
+
+
+def _calibrate(case: Case, target_s: float, max_number: int) -> int:
+  """Calls per batch so that one batch takes about ``target_s``."""
+  number = 1
+  while True:
+    t = _batch(case, number)
+    if t >= target_s or number >= max_number:
+      return number
+    number = min(max_number, max(number * 2, int(number * target_s / max(t, 1e-9))))
+
+
+def compare(cases: dict[str, Case], baseline: str, *, repeats: int,
+            target_s: float = 0.02, warmup: int = 3,
+            max_number: int = 100_000) -> dict[str, Timing]:
+  """Times every case interleaved with the others; ratios against
+  ``cases[baseline]``."""
+  names = list(cases)
+  for name in names:
+    for _ in range(warmup):
+      cases[name].run()
+    jax.block_until_ready(cases[name].sync())
+  numbers = {n: _calibrate(cases[n], target_s, max_number) for n in names}
+  samples: dict[str, list[float]] = {n: [] for n in names}
+  for r in range(repeats):
+    order = names[r % len(names):] + names[:r % len(names)]
+    for name in order:
+      samples[name].append(_batch(cases[name], numbers[name]) / numbers[name])
+    gc.collect()
+  base = samples[baseline]
+  out = {}
+  for name in names:
+    ratios = sorted(a / b for a, b in zip(samples[name], base))
+    q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    out[name] = Timing(statistics.median(samples[name]),
+                       statistics.median(ratios), q[0], q[-1], numbers[name],
+                       samples[name], min(samples[name]) / min(base))
+  return out
+
+
+def once(fn: Callable[[], Any]) -> float:
+  """Wall time of one call (blocked), for first-call latencies."""
+  gc.collect()
+  t0 = time.perf_counter()
+  jax.block_until_ready(fn())
+  return time.perf_counter() - t0
+
+
+def compare_once(makers: dict[str, Callable[[], Callable[[], Any]]],
+                 baseline: str, *, repeats: int) -> dict[str, Timing]:
+  """Like :func:`compare` for things that can only be timed once per fresh
+  object (a first call: trace + compile + run). ``makers[name]()`` builds a
+  fresh, never-called function; the timed part is its first call."""
+  names = list(makers)
+  samples: dict[str, list[float]] = {n: [] for n in names}
+  for r in range(repeats):
+    order = names[r % len(names):] + names[:r % len(names)]
+    for name in order:
+      fn = makers[name]()
+      samples[name].append(once(fn))
+  base = samples[baseline]
+  out = {}
+  for name in names:
+    ratios = sorted(a / b for a, b in zip(samples[name], base))
+    q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    out[name] = Timing(statistics.median(samples[name]),
+                       statistics.median(ratios), q[0], q[-1], 1,
+                       samples[name], min(samples[name]) / min(base))
+  return out

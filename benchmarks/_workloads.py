@@ -1,0 +1,397 @@
+"""The workloads. Each returns a list of result rows (dicts, see ``row``);
+every timed row is a ratio against hand-threaded pure JAX timed interleaved
+with it in this process (benchmarks/_harness.py)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import brainshard as bs
+from benchmarks import _models as M
+from benchmarks import _peers
+from benchmarks._harness import Case, Timing, compare, compare_once
+
+ROOT = Path(__file__).resolve().parent.parent
+
+BS = "brainshard"
+BST = "brainstate"
+NNX = "flax.nnx"
+
+
+@dataclass
+class Ctx:
+  quick: bool
+  peers: bool
+  repeats: int
+  log: Callable[[str], None] = print
+
+
+def row(workload: str, case: str, impl: str, t: Timing | None, base: Timing | None,
+        *, baseline: str, goal: float | None = None, x: float | None = None,
+        unavailable: str | None = None, **extra) -> dict:
+  r = dict(workload=workload, case=case, impl=impl, baseline=baseline,
+           goal=goal, x=x, **extra)
+  if unavailable is not None:
+    r["unavailable"] = unavailable
+  else:
+    r.update(ratio=t.ratio, lo=t.ratio_lo, hi=t.ratio_hi, best=t.ratio_best,
+             time_s=t.per_call_s, baseline_time_s=base.per_call_s,
+             number=t.number)
+  return r
+
+
+def mesh_of(k: int):
+  return jax.make_mesh((k,), ("x",), devices=jax.devices()[:k])
+
+
+def _peer_cases(ctx: Ctx, cases: dict, missing: dict, builders: dict) -> None:
+  """Adds each peer's case, or records why it is unavailable."""
+  if not ctx.peers:
+    return
+  for name, (builder, args) in builders.items():
+    try:
+      run, sync = _peers.call(builder, *args)
+      cases[name] = Case(run, sync)
+    except _peers.Unavailable as e:
+      missing[name] = str(e)
+
+
+def _rows(ctx, workload, case, timings, missing, baseline, *, goal_for=None,
+          x=None, **extra) -> list[dict]:
+  out = []
+  base = timings[baseline]
+  for impl, t in timings.items():
+    goal = goal_for(impl) if goal_for else None
+    r = row(workload, case, impl, t, base, baseline=baseline, goal=goal, x=x,
+            **extra)
+    out.append(r)
+    if impl != baseline:
+      ctx.log(f"  {workload:<10} {case:<22} {impl:<34} {t.ratio:6.3f}x "
+              f"[{t.ratio_lo:.3f}-{t.ratio_hi:.3f}] best {t.ratio_best:.3f} "
+              f"{t.per_call_s * 1e6:10.1f} us "
+              f"(base {base.per_call_s * 1e6:.1f} us)")
+  for impl, why in missing.items():
+    out.append(row(workload, case, impl, None, None, baseline=baseline, x=x,
+                   unavailable=why))
+    ctx.log(f"  {workload:<10} {case:<22} {impl:<34} unavailable: {why[:70]}")
+  return out
+
+
+# -- 1. dispatch with N small states ------------------------------------------------
+
+
+def dispatch_cases(n: int):
+  states = [bs.State(jnp.zeros(4, jnp.float32)) for _ in range(n)]
+
+  def step():
+    for s in states:
+      s.value = s.value + 1.0
+
+  auto = bs.jit(step)
+  never = bs.jit(step, donate_states=False)
+  sync = lambda: states[0].value
+
+  def pure_case(donate: bool):
+    f = jax.jit(lambda vals: [v + 1.0 for v in vals],
+                donate_argnums=0 if donate else ())
+    box = [[jnp.zeros(4, jnp.float32) for _ in range(n)]]
+
+    def run():
+      box[0] = f(box[0])
+    return Case(run, lambda: box[0][0])
+
+  return {"jax.jit": pure_case(False), "jax.jit(donate_argnums)": pure_case(True),
+          BS: Case(auto, sync), f"{BS} (donate_states=False)": Case(never, sync)}
+
+
+def w_dispatch(ctx: Ctx) -> list[dict]:
+  sizes = [1, 10, 100, 1000] if ctx.quick else [1, 3, 10, 30, 100, 300, 1000]
+  out = []
+  for n in sizes:
+    cases = dispatch_cases(n)
+    missing: dict[str, str] = {}
+    _peer_cases(ctx, cases, missing, {
+        f"{BST}.transform.jit": (_peers.bst_dispatch, (n,)),
+        "nnx.jit": (_peers.nnx_dispatch, (n,))})
+    t = compare(cases, "jax.jit", repeats=ctx.repeats,
+                target_s=0.01 if ctx.quick else 0.03)
+    out += _rows(ctx, "dispatch", f"N={n}", t, missing, "jax.jit", x=n,
+                 goal_for=lambda impl: 1.2 if impl == BS else None)
+  return out
+
+
+# -- 2/3. a sharded stateful step: under bs.jit, and eagerly ---------------------------
+
+# XLA:CPU can deadlock in a collective's rendezvous when many multi-device
+# executions are in flight (seen here with ~50 queued psum steps on 8 faked
+# devices, in pure JAX too); batches of programs with collectives stay short.
+MAX_INFLIGHT = 16
+
+
+def sharded_cases(n: int, mesh, ctx: Ctx):
+  model = M.LifBs(n, mesh)
+  jitted = bs.jit(model.sharded())
+  eager = model.sharded()
+  i_ext = model.i_ext
+  sync = lambda: model.v.value
+  pure = M.LifPure(n, mesh)
+  cases = {"jax.jit(jax.shard_map)": Case(pure.run, lambda: pure.v),
+           f"{BS} bs.jit(bs.shard_map)": Case(lambda: jitted(i_ext), sync),
+           f"{BS} bs.shard_map (eager)": Case(lambda: eager(i_ext), sync)}
+  missing: dict[str, str] = {}
+  if ctx.peers:
+    for name, jit in ((f"{BST} jit(shard_map)", True),
+                      (f"{BST} shard_map (eager)", False)):
+      try:
+        run, s = _peers.call(_peers.bst_lif, n, mesh, jit=jit)
+        cases[name] = Case(run, s)
+      except _peers.Unavailable as e:
+        missing[name] = str(e)
+  return cases, missing
+
+
+def _sharded_repeats(ctx: Ctx) -> int:
+  # 8 faked devices on 2 shared cores make each execution noisy: more, short
+  # repeats (the batches are capped at MAX_INFLIGHT calls anyway).
+  return ctx.repeats if ctx.quick else 2 * ctx.repeats + 1
+
+
+def _sharded_goal(impl: str) -> float | None:
+  if impl == f"{BS} bs.jit(bs.shard_map)":
+    return 1.10
+  if impl == f"{BS} bs.shard_map (eager)":
+    return 1.30
+  return None
+
+
+def w_sharded(ctx: Ctx) -> list[dict]:
+  mesh = mesh_of(8)
+  sizes = [8 * 512] if ctx.quick else [8 * 512, 8 * 65536]
+  out = []
+  for n in sizes:
+    cases, missing = sharded_cases(n, mesh, ctx)
+    t = compare(cases, "jax.jit(jax.shard_map)", repeats=_sharded_repeats(ctx),
+                target_s=0.01, max_number=MAX_INFLIGHT)
+    out += _rows(ctx, "sharded", f"n={n}, 8 devices", t, missing,
+                 "jax.jit(jax.shard_map)", goal_for=_sharded_goal, x=n)
+  return out
+
+
+# -- 4. simulations: for_loop vs lax.scan, and the CUBA network ---------------------
+
+
+def w_loops(ctx: Ctx) -> list[dict]:
+  if not hasattr(bs, "for_loop"):
+    ctx.log("  loops      not available in this build (no bs.for_loop)")
+    return [dict(workload=w, case="-", impl=BS, baseline="jax.lax.scan",
+                 unavailable="not available in this build (no bs.for_loop)")
+            for w in ("for_loop", "cuba")]
+  out = []
+  steps, n = 1000, 4000
+  xs = M.sim_inputs(steps)
+  sim = M.SimBs(n)
+  prog = sim.program()
+  pure = M.SimPure(n)
+  cases = {"jax.lax.scan": Case(lambda: pure.run(xs), lambda: pure.v),
+           f"{BS} bs.jit(bs.for_loop)": Case(lambda: prog(xs),
+                                             lambda: sim.v.value)}
+  missing: dict[str, str] = {}
+  _peer_cases(ctx, cases, missing, {
+      f"{BST} jit(for_loop)": (_peers.bst_sim, (n, xs)),
+      "nnx.jit(nnx.scan)": (_peers.nnx_sim, (n, xs))})
+  t = compare(cases, "jax.lax.scan", repeats=ctx.repeats, target_s=0.05)
+  out += _rows(ctx, "for_loop", f"{steps} steps, n={n}", t, missing,
+               "jax.lax.scan",
+               goal_for=lambda i: 1.05 if i.startswith(BS) else None, x=steps)
+
+  steps = 1000 if ctx.quick else 10000
+  ts = M.cuba_times(steps)
+  net = M.CubaBs(0)
+  cprog = net.program()
+  cpure = M.CubaPure(0)
+  cases = {"jax.lax.scan": Case(lambda: cpure.run(ts), lambda: cpure.s["v"]),
+           f"{BS} bs.jit(bs.for_loop)": Case(lambda: cprog(ts),
+                                             lambda: net.states["v"].value)}
+  missing = {}
+  _peer_cases(ctx, cases, missing, {f"{BST} jit(for_loop)": (_peers.bst_cuba, (ts,))})
+  t = compare(cases, "jax.lax.scan", repeats=max(5, ctx.repeats // 2),
+              target_s=0.05)
+  sim_s = steps * M.CUBA["dt"] / 1000.0
+  counts = np.asarray(cprog(ts))
+  rate = counts.sum() / (M.CUBA["n"] * sim_s)
+  rows = _rows(ctx, "cuba", f"{steps} steps ({sim_s:g} s)", t, missing,
+               "jax.lax.scan", goal_for=lambda i: 1.05 if i.startswith(BS) else None,
+               x=steps)
+  for r in rows:
+    if "time_s" in r:
+      r["per_sim_second_s"] = r["time_s"] / sim_s
+    r["rate_hz"] = float(rate)
+  ctx.log(f"  cuba       mean rate {rate:.1f} Hz over {sim_s:g} s simulated")
+  out += rows
+  out += _cuba_example(ctx)
+  return out
+
+
+def _cuba_example(ctx: Ctx) -> list[dict]:
+  """examples/cuba.py (from the simulation issue), run as its users would;
+  its own report line is recorded as printed."""
+  script = ROOT / "examples" / "cuba.py"
+  if not script.exists():
+    return []
+  env = dict(os.environ, PYTHONPATH=str(ROOT))
+  try:
+    proc = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    text = proc.stdout + proc.stderr
+  except subprocess.TimeoutExpired:
+    text = "timed out after 300 s"
+  lines = [l.strip() for l in text.splitlines()
+           if re.search(r"simulated|rate|Hz", l, re.I)]
+  ctx.log("  examples/cuba.py: " + " | ".join(lines[-3:]))
+  return [dict(workload="cuba-example", case="examples/cuba.py", impl=BS,
+               baseline=None, output=lines[-6:])]
+
+
+# -- 5. first call: trace + compile + run --------------------------------------------
+
+
+def w_first_call(ctx: Ctx) -> list[dict]:
+  mesh = mesh_of(8)
+  n = 8 * 512
+  out = []
+  repeats = 5 if ctx.quick else 9
+
+  def bs_sharded(jit: bool):
+    def make():
+      model = M.LifBs(n, mesh)
+      f = model.sharded()
+      f = bs.jit(f) if jit else f
+      return lambda: f(model.i_ext)
+    return make
+
+  def pure_sharded():
+    pure = M.LifPure(n, mesh)
+    return pure.run
+
+  makers = {"jax.jit(jax.shard_map)": pure_sharded,
+            f"{BS} bs.jit(bs.shard_map)": bs_sharded(True),
+            f"{BS} bs.shard_map (eager)": bs_sharded(False)}
+  missing: dict[str, str] = {}
+  if ctx.peers:
+    try:
+      _peers.call(_peers.bst_lif, n, mesh, jit=True)  # availability check
+      makers[f"{BST} jit(shard_map)"] = lambda: _peers.bst_lif(
+          n, mesh, jit=True)[0]
+    except _peers.Unavailable as e:
+      missing[f"{BST} jit(shard_map)"] = str(e)
+  t = compare_once(makers, "jax.jit(jax.shard_map)", repeats=repeats)
+  out += _rows(ctx, "first-call", "sharded LIF step", t, missing,
+               "jax.jit(jax.shard_map)",
+               goal_for=lambda i: 1.5 if i.startswith(BS) else None)
+
+  k = 100
+
+  def bs_many():
+    states = [bs.State(jnp.zeros(4, jnp.float32)) for _ in range(k)]
+
+    def step():
+      for s in states:
+        s.value = s.value + 1.0
+    return bs.jit(step)
+
+  def pure_many():
+    vals = [jnp.zeros(4, jnp.float32) for _ in range(k)]
+    f = jax.jit(lambda vals: [v + 1.0 for v in vals])
+    return lambda: f(vals)
+
+  t = compare_once({"jax.jit": pure_many, BS: bs_many}, "jax.jit",
+                   repeats=repeats)
+  out += _rows(ctx, "first-call", f"N={k} states", t, {}, "jax.jit",
+               goal_for=lambda i: 1.5 if i == BS else None)
+
+  if hasattr(bs, "for_loop"):
+    xs = M.sim_inputs(1000)
+
+    def bs_sim():
+      prog = M.SimBs(4000).program()
+      return lambda: prog(xs)
+
+    def pure_sim():
+      p = M.SimPure(4000)
+      return lambda: p.run(xs)
+
+    t = compare_once({"jax.lax.scan": pure_sim, f"{BS} bs.jit(bs.for_loop)": bs_sim},
+                     "jax.lax.scan", repeats=repeats)
+    out += _rows(ctx, "first-call", "1000-step for_loop", t, {}, "jax.lax.scan",
+                 goal_for=lambda i: 1.5 if i.startswith(BS) else None)
+  return out
+
+
+# -- 6. scaling with the mesh ------------------------------------------------------------
+
+
+def w_devices(ctx: Ctx) -> list[dict]:
+  out = []
+  n = 8 * 512
+  for k in (1, 2, 4, 8):
+    mesh = mesh_of(k)
+    model = M.LifBs(n, mesh)
+    jitted = bs.jit(model.sharded())
+    eager = model.sharded()
+    pure = M.LifPure(n, mesh)
+    i_ext = model.i_ext
+    sync = lambda: model.v.value
+    cases = {"jax.jit(jax.shard_map)": Case(pure.run, lambda: pure.v),
+             f"{BS} bs.jit(bs.shard_map)": Case(lambda: jitted(i_ext), sync),
+             f"{BS} bs.shard_map (eager)": Case(lambda: eager(i_ext), sync)}
+    t = compare(cases, "jax.jit(jax.shard_map)", repeats=_sharded_repeats(ctx),
+                target_s=0.01, max_number=MAX_INFLIGHT)
+    out += _rows(ctx, "devices", f"{k} device(s)", t, {},
+                 "jax.jit(jax.shard_map)", goal_for=_sharded_goal, x=k)
+  return out
+
+
+# -- 7. memory: donation ------------------------------------------------------------------
+
+
+def w_memory(ctx: Ctx) -> list[dict]:
+  mib = 128 if ctx.quick else 1024
+  out = []
+  for impl in ("bs-auto", "bs-false", "pure-donate", "pure-keep"):
+    cmd = [sys.executable, "-m", "benchmarks._memory_child", impl, str(mib)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    if proc.returncode != 0:
+      out.append(dict(workload="memory", case=f"{mib} MiB", impl=impl,
+                      unavailable=proc.stderr.strip().splitlines()[-1][:200]))
+      continue
+    import json
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    r.update(workload="memory", case=f"{mib} MiB state over 8 devices", impl=impl)
+    out.append(r)
+    ctx.log(f"  memory     {impl:<12} peak RSS over the state: "
+            f"{r['rss_peak_over_state_mib']:7.1f} MiB; XLA per device: args "
+            f"{r['args_mib']:.1f} out {r['out_mib']:.1f} alias {r['alias_mib']:.1f}"
+            f" temp {r['temp_mib']:.1f} MiB")
+  return out
+
+
+WORKLOADS = {
+    "dispatch": w_dispatch,
+    "sharded": w_sharded,
+    "loops": w_loops,
+    "first-call": w_first_call,
+    "devices": w_devices,
+    "memory": w_memory,
+}

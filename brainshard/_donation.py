@@ -1,0 +1,122 @@
+"""When a State's old buffer may be donated to the call that replaces it.
+
+A compiled step that reads and writes a state can hand the state's old
+buffer to XLA (``donate_argnums``), which then writes the new value into it:
+one buffer per state instead of two. That is only safe when nothing but the
+State still refers to the old value, because donation deletes it.
+
+The rule (``donate_states='auto'``, the default), checked at every call for
+every state that is both read and written:
+
+  donate the state's value iff every node of it -- the ``jax.Array``, or
+  the dict/list/tuple containers of a pytree value and the arrays in them --
+  is referenced by exactly one Python object: the State (for the root) or
+  its parent container.
+
+``sys.getrefcount`` answers that exactly under the GIL. Why it is safe:
+
+* A user who kept ``old = state.value`` (or put it in a list, a dict, a
+  closure; ``jnp.asarray(old)`` returns the same object) holds a second
+  reference, so that call does not donate and ``old`` stays valid.
+* JAX keeps no Python references to the arrays passed to a compiled call
+  (its caches hold avals and shardings, never arrays); brainshard keeps
+  none either. Two States never share an Array object unless the user
+  assigned the same object to both, which the count sees too.
+* A NumPy view of the buffer (``np.asarray(state.value)`` on CPU) is an
+  external reference that the runtime itself checks: such a buffer is
+  copied instead of donated.
+
+What the count cannot see: a *different* ``jax.Array`` object that shares
+the buffer without referring to the original. JAX makes those in two
+places: ``jax.device_put(x, where_x_already_is)`` on one device, and the
+per-device views ``x.addressable_data(i)`` / ``x.addressable_shards[i].data``.
+After a donating call such a view is deleted; using it raises JAX's
+"Array has been deleted" error (never a wrong number). Take a real copy
+(``x.copy()``) to keep one, or pass ``donate_states=False``.
+
+Free-threaded Python builds defer reference counts, so there 'auto' never
+donates.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Sequence
+
+from brainshard._compat import ArrayImpl
+
+__all__ = ["SOLE", "SOLE_LOCAL", "AUTO_SUPPORTED", "ARRAY_TYPES", "sole_mask", "sole_tree"]
+
+_getrefcount = sys.getrefcount
+
+ARRAY_TYPES = frozenset({ArrayImpl})
+
+
+class _Holder:
+  """Stands in for a State (an instance attribute holds the value)."""
+
+
+def _calibrate() -> tuple[int, bool]:
+  """The count of a value held only by its owner, when counted the way the
+  call path counts it: ``list(map(sys.getrefcount, values))`` over a list of
+  the owners' values. Also checks that one more reference shows as one more.
+  """
+  holder = _Holder()
+  holder.value = object()
+  values = [h.value for h in (holder,)]
+  sole = list(map(_getrefcount, values))[0]
+  extra = holder.value  # noqa: F841 - the second reference under test
+  shared = list(map(_getrefcount, values))[0]
+  return sole, shared == sole + 1
+
+
+def _local_count(holder: _Holder) -> int:
+  # The pattern of brainshard/_fastcall.py: the value in a local, counted.
+  c0 = holder.value
+  return _getrefcount(c0)
+
+
+def _calibrate_local() -> tuple[int, bool]:
+  holder = _Holder()
+  holder.value = object()
+  sole = _local_count(holder)
+  extra = holder.value  # noqa: F841
+  return sole, _local_count(holder) == sole + 1
+
+
+SOLE, _COUNTS_EXACT = _calibrate()
+SOLE_LOCAL, _LOCAL_EXACT = _calibrate_local()
+_gil = getattr(sys, "_is_gil_enabled", None)
+AUTO_SUPPORTED = _COUNTS_EXACT and _LOCAL_EXACT and (_gil is None or _gil())
+
+
+def _children(node: Any) -> list | None:
+  t = type(node)
+  if t is dict:
+    return list(node.values())
+  if t is list or t is tuple:
+    return list(node)
+  return None
+
+
+def sole_tree(node: Any) -> bool:
+  """True if every node below ``node`` is held only by its parent; ``node``
+  itself has already been counted by the caller."""
+  if type(node) is ArrayImpl:
+    return True
+  children = _children(node)
+  if children is None:  # an unknown pytree node or leaf: we cannot vouch
+    return False
+  counts = list(map(_getrefcount, children))
+  for child, count in zip(children, counts):
+    if child is None or (type(child) is tuple and not child):
+      continue  # empty subtrees hold no buffers (and are shared singletons)
+    if count != SOLE or not sole_tree(child):
+      return False
+  return True
+
+
+def sole_mask(values: Sequence[Any], counts: Sequence[int]) -> tuple[bool, ...]:
+  """Per value: may it be donated? ``counts`` are the values' reference
+  counts taken as ``list(map(sys.getrefcount, values))`` by the caller."""
+  return tuple(c == SOLE and sole_tree(v) for v, c in zip(values, counts))

@@ -1,0 +1,337 @@
+"""Zero-copy state updates: donate_states='auto' (default), True and False.
+
+'auto' donates a read-and-written state's old buffer only when nothing but
+the State refers to it (docs/donation.md). A donated buffer is reused for
+the new value: on CPU the new value's buffer pointer equals the old one's.
+"""
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import brainshard as bs
+from brainshard import _donation
+
+from conftest import make_mesh
+
+pytestmark = pytest.mark.skipif(
+    not _donation.AUTO_SUPPORTED, reason="reference counts are not exact here")
+
+
+def ptr(x):
+  """Buffer address of a (possibly sharded) array's first shard."""
+  return x.addressable_data(0).unsafe_buffer_pointer()
+
+
+def counter_step(state, traces):
+  def step(x):
+    traces.append(1)
+    state.value = state.value + x
+    return state.value.sum()
+  return step
+
+
+def test_sole_owner_is_donated_and_buffer_reused():
+  s = bs.State(jnp.zeros(1024), name="s")
+  step = bs.jit(counter_step(s, []))
+  step(1.0)
+  before = ptr(s.value)  # no reference kept: only the address
+  step(1.0)
+  assert ptr(s.value) == before
+  np.testing.assert_allclose(s.value, 2.0)
+
+
+def test_kept_reference_is_not_donated_and_stays_intact():
+  s = bs.State(jnp.zeros(1024), name="s")
+  step = bs.jit(counter_step(s, []))
+  step(1.0)
+  old = s.value
+  step(1.0)
+  assert not old.is_deleted()
+  np.testing.assert_allclose(old, 1.0)
+  np.testing.assert_allclose(s.value, 2.0)
+  assert ptr(s.value) != ptr(old)
+  # Once the reference is gone, the next call donates again.
+  del old
+  before = ptr(s.value)
+  step(1.0)
+  assert ptr(s.value) == before
+
+
+def test_initial_value_kept_by_user_is_not_donated():
+  x = jnp.arange(8.0)
+  s = bs.State(x)  # the State holds the very object `x`
+  bs.jit(counter_step(s, []))(1.0)
+  assert not x.is_deleted()
+  np.testing.assert_allclose(x, np.arange(8.0))
+
+
+def test_donation_choice_never_reruns_the_function():
+  traces = []
+  s = bs.State(jnp.zeros(16))
+  step = bs.jit(counter_step(s, traces))
+  step(1.0)
+  n = len(traces)
+  old = s.value
+  step(1.0)  # another donation choice: compiled anew, but not re-traced
+  step(1.0)
+  del old
+  step(1.0)
+  assert len(traces) == n
+  np.testing.assert_allclose(s.value, 4.0)
+
+
+def test_donate_states_true_always_donates():
+  s = bs.State(jnp.zeros(16))
+  step = bs.jit(counter_step(s, []), donate_states=True)
+  step(1.0)
+  old = s.value
+  step(1.0)
+  assert old.is_deleted()
+  np.testing.assert_allclose(s.value, 2.0)
+
+
+def test_donate_states_false_never_donates():
+  s = bs.State(jnp.zeros(16))
+  step = bs.jit(counter_step(s, []), donate_states=False)
+  step(1.0)
+  before = ptr(s.value)
+  step(1.0)  # old and new are both alive while the step runs
+  assert ptr(s.value) != before
+
+
+def test_bad_donate_states_value():
+  with pytest.raises(ValueError, match="donate_states"):
+    bs.jit(lambda: None, donate_states="yes")
+
+
+def test_pytree_state_donated_only_when_every_node_is_sole():
+  s = bs.State({"a": jnp.zeros(16), "b": [jnp.ones(16), jnp.ones(16)]})
+
+  @bs.jit
+  def step():
+    s.value = jax.tree.map(lambda x: x + 1, s.value)
+
+  step()
+  before = ptr(s.value["a"])
+  step()
+  assert ptr(s.value["a"]) == before
+
+  leaf = s.value["b"][1]  # a leaf held by the user
+  step()
+  assert not leaf.is_deleted()
+  np.testing.assert_allclose(leaf, 3.0)
+
+  whole = s.value  # the dict held by the user
+  step()
+  assert not any(x.is_deleted() for x in jax.tree.leaves(whole))
+  np.testing.assert_allclose(whole["a"], 3.0)
+  np.testing.assert_allclose(s.value["a"], 4.0)
+
+
+def test_states_sharing_one_array_are_not_donated():
+  x = jnp.zeros(8)
+  a, b = bs.State(jnp.ones(8)), bs.State(jnp.ones(8))
+  a.value = b.value = x + 1  # one array object in two States
+  del x
+
+  @bs.jit
+  def step():
+    a.value = a.value * 2
+    b.value = b.value * 3
+
+  step()
+  np.testing.assert_allclose(a.value, 2.0)
+  np.testing.assert_allclose(b.value, 3.0)
+
+
+def test_state_value_passed_as_argument_is_not_donated():
+  s = bs.State(jnp.ones(8))
+
+  @bs.jit
+  def step(x):
+    s.value = s.value + x
+    return x
+
+  step(jnp.ones(8))
+  out = step(s.value)  # the argument is the state's own array
+  assert not out.is_deleted()
+  np.testing.assert_allclose(out, 2.0)
+  np.testing.assert_allclose(s.value, 4.0)
+
+
+def test_numpy_view_keeps_its_data():
+  s = bs.State(jnp.zeros(16))
+  step = bs.jit(counter_step(s, []))
+  step(1.0)
+  view = np.asarray(s.value)
+  step(1.0)
+  np.testing.assert_allclose(view, 1.0)
+  np.testing.assert_allclose(s.value, 2.0)
+
+
+def test_read_only_and_write_only_states_are_not_donated():
+  r, w = bs.State(jnp.ones(8)), bs.State(jnp.zeros(8))
+
+  @bs.jit
+  def step():
+    w.value = r.value * 2
+
+  r_val = r.value
+  step()
+  del r_val
+  before = ptr(r.value)
+  step()
+  assert ptr(r.value) == before and not r.value.is_deleted()
+  np.testing.assert_allclose(w.value, 2.0)
+
+
+def test_nested_jit_donates_only_at_the_top():
+  s = bs.State(jnp.zeros(16))
+  inner = bs.jit(counter_step(s, []))
+  outer = bs.jit(lambda x: inner(x) + inner(x))
+  outer(1.0)
+  old = s.value
+  outer(1.0)
+  assert not old.is_deleted()
+  np.testing.assert_allclose(s.value, 4.0)
+  del old
+  before = ptr(s.value)
+  outer(1.0)
+  assert ptr(s.value) == before
+
+
+@pytest.mark.parametrize("transform", ["vmap", "grad"])
+def test_foreign_transform_never_donates(transform):
+  s = bs.State(jnp.zeros(()))
+
+  @bs.jit
+  def step(x):
+    s.value = s.value + x
+    return s.value
+
+  step(1.0)
+  ptr_before = ptr(s.value)
+  with pytest.raises(bs.StateTraceError):
+    if transform == "vmap":
+      jax.vmap(step)(jnp.ones(3))
+    else:
+      jax.grad(step)(1.0)
+  assert not s.value.is_deleted() and ptr(s.value) == ptr_before
+  np.testing.assert_allclose(s.value, 1.0)
+
+
+def test_compiled_copies_a_held_donated_value():
+  s = bs.State(jnp.zeros(16))
+  step = bs.jit(counter_step(s, []))
+  compiled = step.lower(1.0).compile()
+  assert compiled.memory_analysis().alias_size_in_bytes == 16 * 4
+  compiled(1.0)
+  old = s.value
+  compiled(1.0)
+  assert not old.is_deleted()
+  np.testing.assert_allclose(old, 1.0)
+  np.testing.assert_allclose(s.value, 2.0)
+
+
+def test_memory_analysis_shows_the_alias():
+  s = bs.State(jnp.zeros((256, 256)))
+  auto = bs.jit(counter_step(s, []))
+  never = bs.jit(counter_step(s, []), donate_states=False)
+  assert auto.lower(1.0).compile().memory_analysis().alias_size_in_bytes == (
+      256 * 256 * 4)
+  assert never.lower(1.0).compile().memory_analysis().alias_size_in_bytes == 0
+
+
+def sharded_state(mesh, n=64):
+  return bs.State(jax.device_put(jnp.zeros(n), NamedSharding(mesh, P("x"))),
+                  name="v", spec=P("x"))
+
+
+@pytest.mark.parametrize("form", ["eager", "jit"])
+def test_shard_map_state_donated_and_kept_reference_intact(form):
+  mesh = make_mesh((8,), ("x",))
+  v = sharded_state(mesh)
+
+  def step(i):
+    v.value = v.value + i
+    return jax.lax.psum(v.value.sum(), "x")
+
+  f = bs.shard_map(step, mesh=mesh, in_specs=P(), out_specs=P())
+  if form == "jit":
+    f = bs.jit(f)
+  f(1.0)
+  before = ptr(v.value)
+  f(1.0)
+  assert ptr(v.value) == before
+  old = v.value
+  out = f(1.0)
+  assert not old.is_deleted()
+  np.testing.assert_allclose(old, 2.0)
+  np.testing.assert_allclose(v.value, 3.0)
+  assert float(out) == 3.0 * 64
+
+
+def test_shard_map_state_leaving_with_another_spec_is_not_donated():
+  mesh = make_mesh((8, 1), ("x", "y"))
+  v = bs.State(jnp.zeros((64, 2)), name="v")
+
+  @bs.shard_map(mesh=mesh, in_specs=P(), out_specs=P(),
+                state_in_specs={v: P("x")}, state_out_specs={v: P(("x", "y"))})
+  def step(i):
+    v.value = v.value + i
+
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")  # e.g. "donated buffers were not usable"
+    step(1.0)
+    step(1.0)
+  plan = next(iter(step._eager.values())).plan
+  assert plan.cand == () and plan.rest == (v,)
+  np.testing.assert_allclose(v.value, 2.0)
+
+
+def test_auto_donation_never_deletes_an_array_another_thread_holds():
+  """Threads call donating steps on a shared State while another thread
+  keeps reading its value and using it: 'auto' donation must never delete
+  an array some thread holds (SLOT_LOCK closes the window between the
+  reference-count check and the dispatch)."""
+  import threading
+  s = bs.State(jnp.zeros(64), name="shared")
+
+  @bs.jit
+  def step():
+    s.value = s.value + 1.0
+
+  errors = []
+  stop = threading.Event()
+
+  def stepper():
+    try:
+      for _ in range(150):
+        step()
+    except BaseException as e:  # reported below
+      errors.append(e)
+
+  def reader():
+    try:
+      while not stop.is_set():
+        held = s.value
+        float(held.sum())  # fails if the buffer was donated under us
+    except BaseException as e:
+      errors.append(e)
+
+  threads = [threading.Thread(target=stepper) for _ in range(2)]
+  watcher = threading.Thread(target=reader)
+  watcher.start()
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join(60)
+  stop.set()
+  watcher.join(60)
+  assert not errors, errors
+  np.testing.assert_allclose(s.value, np.full(64, 300.0))
