@@ -181,12 +181,8 @@ def _goal_summary(results: list[dict]) -> list[str]:
     allrows = _by(results, workload)
     rows = [r for r in allrows
             if (impl is None and r["impl"].startswith(BS))
-            or r["impl"] == impl
-            or ("unavailable" in r and r["impl"].startswith(BS))]
+            or r["impl"] == impl]
     if not rows:
-      continue
-    if all("unavailable" in r for r in rows):
-      out.append(f"| {what} ≤ {goal} | {rows[0]['unavailable']} | pending | |")
       continue
     rs = [r for r in rows if "ratio" in r]
     worst = max(rs, key=lambda r: r["ratio"])
@@ -300,11 +296,6 @@ def render(doc: dict, docs_dir: str, analysis: str | None = None) -> str:
     if not rows:
       continue
     lines += [title, ""]
-    if all("unavailable" in r for r in rows):
-      lines += [f"{rows[0]['unavailable']}: the workload is written against the "
-                "documented `bs.for_loop(f, *xs, length=None, ...)` and runs once "
-                "the loops issue is merged.", ""]
-      continue
     if w == "cuba":
       lines += ["Brette et al. (2007) CUBA: 4000 LIF neurons (80% excitatory), "
                 "fixed in-degree 2% (64 excitatory + 16 inhibitory inputs per "
