@@ -16,3 +16,18 @@ from brainshard._describe import StateInfo, StateTable, describe, visualize
 from brainshard._multihost import gather, init_distributed
 
 __version__ = "0.1.0"
+
+__all__ = [
+    # states
+    "State", "ParamState", "ShortTermState", "LongTermState",
+    "StateTraceError", "RandomState",
+    # transforms
+    "StatefulFunction", "jit", "shard_map",
+    # simulation drivers
+    "for_loop", "scan", "while_loop", "cond", "switch", "ProgressBar",
+    "random",
+    # scale-out
+    "axis_rules", "current_axis_rules", "place", "resolve_spec",
+    "sharded_init", "ShardedInit", "describe", "visualize", "StateInfo",
+    "StateTable", "gather", "init_distributed",
+]

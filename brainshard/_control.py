@@ -29,8 +29,8 @@ from typing import Any, Callable, Hashable, NamedTuple, Sequence
 import jax
 
 from brainshard import _compat
-from brainshard._jit import ReplayFrame, StatefulJit
-from brainshard._state import State, StateTraceError, frame_stack
+from brainshard._jit import ReplayFrame, StatefulJit, replay, union
+from brainshard._state import State, frame_stack
 from brainshard._stateful import StatefulFunction, _DiscoveryFrame
 
 __all__ = ["Touched", "discover", "run_body", "eager_call", "is_eager",
@@ -94,30 +94,8 @@ def run_body(fun: Callable, args: tuple, name: str,
   Returns its output and the values of ``outputs`` afterwards (a state the
   function did not write keeps the value it was given).
   """
-  frame = ReplayFrame(name)
-  with frame:
-    for state, value in inputs:
-      frame.inject(state, value)
-    out = fun(*args)
-    known = {id(s) for s in outputs}
-    extra = frame.unknown_reads + [
-        s for s in frame.written_states() if id(s) not in known]
-    if extra:
-      raise StateTraceError(
-          f"{name} touched {extra[0]._label()} when traced inside the loop "
-          "or branch, but not when its states were discovered for the same "
-          "arguments. The function must touch the same States every time "
-          "it is traced with the same argument shapes.")
-    new_vals = [frame.read(s) for s in outputs]
-  return out, new_vals
-
-
-def union(*groups: Sequence[State]) -> tuple[State, ...]:
-  seen: dict[int, State] = {}
-  for group in groups:
-    for s in group:
-      seen.setdefault(id(s), s)
-  return tuple(seen.values())
+  return replay(ReplayFrame(name), fun, args, {}, inputs, outputs,
+                "inside the loop or branch")
 
 
 # ----------------------------------------------------------------------------

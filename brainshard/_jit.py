@@ -26,8 +26,8 @@ from jax.extend.core import jaxpr_as_fun
 
 from brainshard import _compat, _donation, _fastcall
 from brainshard._state import (
-    _UNSET, SLOT_LOCK, Frame, State, _frames, current_signature, frame_stack,
-    write_results)
+    _UNSET, SLOT_LOCK, Frame, State, StateTraceError, _frames,
+    current_signature, frame_stack, write_results)
 from brainshard._stateful import (
     StatefulFunction, _normalize_argnames, _normalize_argnums, fun_name)
 
@@ -60,6 +60,41 @@ class ReplayFrame(Frame):
   def first_read(self, state: State, outer_value: Any) -> Any:
     self.unknown_reads.append(state)
     return outer_value
+
+
+def replay(frame: ReplayFrame, fun: Callable, args: tuple, kwargs: dict,
+           inputs: Sequence[tuple[State, Any]], outputs: Sequence[State],
+           where: str) -> tuple[Any, list[Any]]:
+  """Runs ``fun(*args, **kwargs)`` in ``frame`` with ``inputs`` injected.
+
+  Returns its output and the values of ``outputs`` afterwards (a state the
+  function did not write keeps the value it was given). The function must
+  touch no state beyond those found when it was discovered for the same
+  arguments; ``where`` says where it was traced, for the error.
+  """
+  with frame:
+    for state, value in inputs:
+      frame.inject(state, value)
+    out = fun(*args, **kwargs)
+    known = {id(s) for s in outputs}
+    extra = frame.unknown_reads + [
+        s for s in frame.written_states() if id(s) not in known]
+    if extra:
+      raise StateTraceError(
+          f"{frame.name} touched {extra[0]._label()} when traced {where}, but "
+          "not when its states were discovered for the same arguments. The "
+          "function must touch the same States every time it is traced with "
+          "the same argument shapes.")
+    return out, [frame.read(s) for s in outputs]
+
+
+def union(*groups: Sequence[State]) -> tuple[State, ...]:
+  """The states of all ``groups``, each once, in first-seen order."""
+  seen: dict[int, State] = {}
+  for group in groups:
+    for s in group:
+      seen.setdefault(id(s), s)
+  return tuple(seen.values())
 
 
 def gather_values(states: Sequence[State], where: str) -> list[Any]:
@@ -343,8 +378,8 @@ class StatefulJit:
     the other trace can pass it through unchanged.
     """
     old = self.plan
-    writes = _union(old.writes, err.writes)
-    reads = _union(old.reads, err.reads, writes)
+    writes = union(old.writes, err.writes)
+    reads = union(old.reads, err.reads, writes)
     self.plan = _Plan(self, reads, writes)
     return self.plan
 
@@ -512,14 +547,6 @@ def _check_donate_states(value: Any) -> bool | str:
     return value
   raise ValueError(
       f"donate_states must be 'auto', True or False; got {value!r}.")
-
-
-def _union(*groups: Sequence[State]) -> tuple[State, ...]:
-  seen: dict[int, State] = {}
-  for group in groups:
-    for s in group:
-      seen.setdefault(id(s), s)
-  return tuple(seen.values())
 
 
 def _sharding_kwargs(name: str, in_shardings: Any, out_shardings: Any) -> dict:

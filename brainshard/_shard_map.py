@@ -25,14 +25,14 @@ from brainshard import _compat
 from brainshard._axes import (
     Rules, current_rules, freeze_rules, merged_rules, using_rules)
 from brainshard._args import Call, check_kwarg_specs, split_call, static_args
-from brainshard._jit import ReplayFrame, StatefulJit, gather_values
+from brainshard._jit import ReplayFrame, StatefulJit, gather_values, replay
 from brainshard._placement import Placement, canonical_spec
 from brainshard._specs import (
     NO_MATCH, StateSpecs, arg_leaf_specs, check_spec, check_state_specs_arg,
     explicit_spec, has_explicit_axes, leaf_specs, manual_spec, match_state_spec,
     resolve_state_spec, shard_aval, spec_axes)
 from brainshard._state import (
-    Signature, State, StateTraceError, _frames, current_signature,
+    Signature, State, _frames, current_signature,
     describe_signature, signature, Frame, write_results)
 from brainshard._stateful import _DiscoveryFrame, fun_name
 
@@ -363,7 +363,6 @@ class ShardMappedFunction:
   def _traced_call(self, mesh: Any, args: tuple, kwargs: dict) -> Any:
     call = self._split(args, kwargs)
     plan = self._plan_call(mesh, call)
-    manual = self._manual(mesh)
     read_vals = gather_values(plan.reads, self.name)
     # The states' values may have changed shape since planning.
     for s, v in zip(plan.reads, read_vals):
@@ -430,20 +429,9 @@ class ShardMappedFunction:
     def body(read_vals, dyn_args, dyn_kwargs):
       args, kwargs = call.rebuild(dyn_args, dyn_kwargs)
       frame = _ShardFrame(self.name, mesh, plan, axes, self._manual(mesh))
-      with frame:
-        for s, v in zip(plan.reads, read_vals):
-          frame.inject(s, v)
-        out = self.fun(*args, **kwargs)
-        known = {id(s) for s in plan.writes}
-        extra = frame.unknown_reads + [
-            s for s in frame.written_states() if id(s) not in known]
-        if extra:
-          raise StateTraceError(
-              f"{self.name} touched {extra[0]._label()} when traced inside "
-              "shard_map, but not when its states were discovered for the "
-              "same arguments. The function must touch the same States every "
-              "time it is traced with the same argument shapes.")
-        new_vals = [frame.read(s) for s in plan.writes]
+      out, new_vals = replay(frame, self.fun, args, kwargs,
+                             zip(plan.reads, read_vals), plan.writes,
+                             "inside shard_map")
       if self.check_vma:
         self._check_replicated_writes(mesh, plan, new_vals)
       return out, new_vals

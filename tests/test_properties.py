@@ -2,7 +2,6 @@
 elementwise stateful update must equal the same update done in numpy, and
 a written state must leave with the spec it came in with."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
