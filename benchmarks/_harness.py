@@ -81,14 +81,21 @@ def compare(cases: dict[str, Case], baseline: str, *, repeats: int,
     for name in order:
       samples[name].append(_batch(cases[name], numbers[name]) / numbers[name])
     gc.collect()
+  return _summarise(samples, baseline, numbers)
+
+
+def _summarise(samples: dict[str, list[float]], baseline: str,
+               numbers: dict[str, int]) -> dict[str, Timing]:
+  """Per implementation: median time, median and quartiles of the per-repeat
+  ratios to the baseline timed beside it, and the ratio of best times."""
   base = samples[baseline]
   out = {}
-  for name in names:
-    ratios = sorted(a / b for a, b in zip(samples[name], base))
+  for name, times in samples.items():
+    ratios = sorted(a / b for a, b in zip(times, base))
     q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
-    out[name] = Timing(statistics.median(samples[name]),
-                       statistics.median(ratios), q[0], q[-1], numbers[name],
-                       samples[name], min(samples[name]) / min(base))
+    out[name] = Timing(statistics.median(times), statistics.median(ratios),
+                       q[0], q[-1], numbers[name], times,
+                       min(times) / min(base))
   return out
 
 
@@ -112,12 +119,4 @@ def compare_once(makers: dict[str, Callable[[], Callable[[], Any]]],
     for name in order:
       fn = makers[name]()
       samples[name].append(once(fn))
-  base = samples[baseline]
-  out = {}
-  for name in names:
-    ratios = sorted(a / b for a, b in zip(samples[name], base))
-    q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
-    out[name] = Timing(statistics.median(samples[name]),
-                       statistics.median(ratios), q[0], q[-1], 1,
-                       samples[name], min(samples[name]) / min(base))
-  return out
+  return _summarise(samples, baseline, dict.fromkeys(names, 1))

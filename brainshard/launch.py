@@ -161,25 +161,27 @@ def _supervise(procs: list, timeout: float, grace: float) -> _Failure:
       end = time.monotonic() + grace
       while time.monotonic() < end and any(p.poll() is None for p in procs):
         time.sleep(0.05)
-      for i, p in enumerate(procs):
-        if p.poll() is None:
-          p.kill()
-          killed[i] = True
+      _kill_running(procs, killed)
       return _Failure(
           f"process {first} of {len(procs)} exited with code "
           f"{codes[first]}; the launcher stopped the others.", first, killed)
     if all(c == 0 for c in codes):
       return _Failure("", None, killed)
     if time.monotonic() > deadline:
-      for i, p in enumerate(procs):
-        if p.poll() is None:
-          p.kill()
-          killed[i] = True
+      _kill_running(procs, killed)
       return _Failure(
           f"the run timed out after {timeout:g} s; processes "
           f"{[i for i, k in enumerate(killed) if k]} were still running and "
           "were killed.", None, killed)
     time.sleep(0.05)
+
+
+def _kill_running(procs: list, killed: list[bool]) -> None:
+  """Kills every process still running and marks it in ``killed``."""
+  for i, p in enumerate(procs):
+    if p.poll() is None:
+      p.kill()
+      killed[i] = True
 
 
 def _report(results: list[ProcessResult], first: int | None) -> str:
