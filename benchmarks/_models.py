@@ -141,6 +141,21 @@ class SimPure:
     return ns
 
 
+# -- dispatch ------------------------------------------------------------------------
+
+
+def dispatch_step(n: int):
+  """``n`` small States and a step that reads and writes every one of them:
+  a program whose cost is all dispatch."""
+  states = [bs.State(jnp.zeros(4, jnp.float32)) for _ in range(n)]
+
+  def step():
+    for s in states:
+      s.value = s.value + 1.0
+
+  return states, step
+
+
 # -- CUBA (Brette et al. 2007) ------------------------------------------------------
 
 CUBA = dict(n=4000, n_exc=3200, k_exc=64, k_inh=16, dt=0.1, tau_m=20.0,

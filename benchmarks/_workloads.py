@@ -91,11 +91,7 @@ def _rows(ctx, workload, case, timings, missing, baseline, *, goal_for=None,
 
 
 def dispatch_cases(n: int):
-  states = [bs.State(jnp.zeros(4, jnp.float32)) for _ in range(n)]
-
-  def step():
-    for s in states:
-      s.value = s.value + 1.0
+  states, step = M.dispatch_step(n)
 
   auto = bs.jit(step)
   never = bs.jit(step, donate_states=False)
@@ -298,12 +294,7 @@ def w_first_call(ctx: Ctx) -> list[dict]:
   k = 100
 
   def bs_many():
-    states = [bs.State(jnp.zeros(4, jnp.float32)) for _ in range(k)]
-
-    def step():
-      for s in states:
-        s.value = s.value + 1.0
-    return bs.jit(step)
+    return bs.jit(M.dispatch_step(k)[1])
 
   def pure_many():
     vals = [jnp.zeros(4, jnp.float32) for _ in range(k)]
