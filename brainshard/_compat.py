@@ -12,12 +12,15 @@ from typing import Any
 
 from jax._src import core as _core
 from jax._src import source_info_util as _source_info
+from jax._src import util as _util
 from jax._src.array import ArrayImpl
 
 from jax.extend.core import get_opaque_trace_state
 
 __all__ = ["at_top_level", "current_trace", "new_trace_input",
-            "get_opaque_trace_state", "step_aval", "eager", "ArrayImpl"]
+            "get_opaque_trace_state", "step_aval", "eager", "under_trace",
+           "forget_staged_closures",
+           "ArrayImpl"]
 
 # `ArrayImpl` is the concrete type of every jax.Array a computation returns;
 # the donation rule (brainshard/_donation.py) only vouches for that type.
@@ -72,6 +75,31 @@ def step_aval(aval: Any) -> Any:
   exactly as ``jax.lax.scan`` will present the step to its body.
   """
   return _core.mapped_leading_aval(aval.shape[0], aval)
+
+
+def under_trace(trace: Any) -> Any:
+  """A context in which ``trace`` is the active trace on this thread.
+
+  A frame computes a state's value lazily, on its first read, which may come
+  from a transform nested inside it; doing so under the frame's own trace
+  keeps the value (and anything derived from it) out of the nested trace.
+  """
+  return _core.set_current_trace(trace)
+
+
+def forget_staged_closures() -> None:
+  """Drops JAX's tracing (staging) caches, keeping compiled executables.
+
+  ``jax.jit``, ``jax.checkpoint`` and ``lax`` control flow cache the jaxpr
+  of a function per argument types, together with the values it closed
+  over. A State read inside such a function, nested in a brainshard
+  transform, is closed over as that transform's tracer; when the transform
+  traces again (discovery, then the real trace), JAX would reuse the cached
+  jaxpr and its dead tracer. Calls of compiled programs (C++ dispatch) are
+  not affected. Public replacement: none (``jax.clear_caches`` also drops
+  compiled executables).
+  """
+  _util.clear_all_caches()
 
 
 def eager() -> Any:

@@ -219,6 +219,8 @@ def _make_runner(name: str, get_funs: Callable[[], list], impl: Callable
 
   def states(args, kwargs):
     d = stateful.discover(*args, **kwargs)
+    runner.placements.update(d.placements)
     return d.read_states, d.write_states
 
-  return StatefulJit(run, name, discover=states, stateful=stateful)
+  runner = StatefulJit(run, name, discover=states, stateful=stateful)
+  return runner

@@ -121,6 +121,8 @@ def _placement_checks(plan: Any, fast: tuple, ns: dict,
   state_targets, arg_target, place_args = fast
   tests = []
   for i, (name, target) in enumerate(zip(local_names, state_targets)):
+    if target is None:  # a state the placement leaves as it is
+      continue
     ns[f"T{i}"] = target
     tests.append(f"type({name}) is not _Array or {name}.sharding != T{i}")
   tests.append("kwargs")

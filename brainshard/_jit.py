@@ -25,11 +25,13 @@ import jax
 from jax.extend.core import jaxpr_as_fun
 
 from brainshard import _compat, _donation, _fastcall
+from brainshard._placement import HintedPlacement
 from brainshard._state import (
     _UNSET, SLOT_LOCK, Frame, State, StateTraceError, _frames,
     current_signature, frame_stack, write_results)
 from brainshard._stateful import (
-    StatefulFunction, _normalize_argnames, _normalize_argnums, fun_name)
+    StatefulFunction, _normalize_argnames, _normalize_argnums, copy_metadata,
+    fun_name)
 
 __all__ = ["jit", "JittedFunction", "StatefulJit", "ReplayFrame"]
 
@@ -85,7 +87,7 @@ def replay(frame: ReplayFrame, fun: Callable, args: tuple, kwargs: dict,
           "not when its states were discovered for the same arguments. The "
           "function must touch the same States every time it is traced with "
           "the same argument shapes.")
-    return out, [frame.read(s) for s in outputs]
+    return out, [frame.lookup(s) for s in outputs]
 
 
 def union(*groups: Sequence[State]) -> tuple[State, ...]:
@@ -133,9 +135,11 @@ class _Plan:
     write_ids = {id(s) for s in writes}
     donate = core.donate_states
     can = core.can_donate
+    hints = core.placements
     self.cand = tuple(
         s for s in reads
-        if donate is not False and id(s) in write_ids and (can is None or can(s)))
+        if donate is not False and id(s) in write_ids and (can is None or can(s))
+        and (id(s) not in hints or hints[id(s)].keeps_layout()))
     cand_ids = {id(s) for s in self.cand}
     self.rest = tuple(s for s in reads if id(s) not in cand_ids)
     self.reads = self.cand + self.rest
@@ -143,6 +147,9 @@ class _Plan:
     self.auto = donate == "auto"
     self.place = core.place
     self.place_targets = core.place_targets
+    if self.place is None and any(id(s) in hints for s in self.cand):
+      placement = HintedPlacement(hints)
+      self.place, self.place_targets = placement.place, placement.fast_targets
     nc = self.nc = len(self.cand)
 
     def pure(*call_args, **kwargs):
@@ -202,7 +209,7 @@ class _Plan:
       if frame.unknown_reads or any(id(s) not in known for s in written):
         raise _Rediscover(frame.input_states(), written)
       # A known write this trace skipped keeps the value it came in with.
-      new_vals = [frame.read(s) for s in self.writes]
+      new_vals = [frame.lookup(s) for s in self.writes]
     return out, new_vals
 
   def _replay_discovery(self, read_vals: list, args, kwargs):
@@ -347,6 +354,8 @@ class StatefulJit:
     self.place = place
     self.place_targets = place_targets or (lambda plan: None)
     self.stateful = stateful
+    # id(state) -> PlacementHint, from the shard_maps inside the function
+    self.placements: dict[int, Any] = {}
     self.plan = None
 
   @property
@@ -435,10 +444,11 @@ class JittedFunction:
         jit_kwargs=_sharding_kwargs(self.name, in_shardings, out_shardings),
         stateful=self.stateful)
     self._bound: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-    functools.update_wrapper(self, fun)
+    copy_metadata(self, fun)
 
   def _discover(self, args, kwargs):
     d = self.stateful.discover(*args, **kwargs)
+    self._core.placements.update(d.placements)
     return d.read_states, d.write_states
 
   # Calling the object calls ``self._core.entry`` directly: Python looks

@@ -9,7 +9,6 @@ the States it creates, so every device computes only its own shard.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable, Sequence
 
 import jax
@@ -24,7 +23,7 @@ from brainshard._specs import (
 from brainshard._state import (
     Frame, State, StateTraceError, _canonical,
     describe_value, frame_stack, write_results)
-from brainshard._stateful import fun_name
+from brainshard._stateful import copy_metadata, fun_name
 
 __all__ = ["resolve_spec", "place", "sharded_init", "ShardedInit",
            "states_in", "concrete_mesh"]
@@ -215,7 +214,7 @@ class ShardedInit:
     self.static_argnums = static_argnums
     self.static_argnames = static_argnames
     self.name = f"bs.sharded_init({fun_name(init_fn)})"
-    functools.update_wrapper(self, init_fn)
+    copy_metadata(self, init_fn)
 
   def _traceable(self, box: list) -> Callable:
     """The initialiser as a pure function of its arguments, returning the

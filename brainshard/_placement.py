@@ -11,7 +11,7 @@ not placed right.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 import jax
 from jax.sharding import NamedSharding, PartitionSpec as P
@@ -25,7 +25,8 @@ from brainshard._state import State
 if TYPE_CHECKING:
   from brainshard._shard_map import ShardMappedFunction
 
-__all__ = ["Placement", "canonical_spec", "same_placement"]
+__all__ = ["Placement", "PlacementHint", "HintedPlacement", "canonical_spec",
+           "same_placement"]
 
 _ARRAYS = frozenset({ArrayImpl})
 
@@ -210,3 +211,68 @@ def same_placement(x: jax.Array, target: NamedSharding) -> bool:
     return True
   return (isinstance(s, NamedSharding) and s.mesh == target.mesh and
           canonical_spec(s.spec, x.ndim) == canonical_spec(target.spec, x.ndim))
+
+
+class PlacementHint(NamedTuple):
+  """Where a ``shard_map`` reads a state (``reads``) and leaves it
+  (``leaves``, None if not written): one NamedSharding per leaf."""
+  reads: tuple
+  leaves: tuple | None
+
+  def keeps_layout(self) -> bool:
+    """Whether the state leaves laid out as it came in (so its old buffer
+    can be donated to the new value)."""
+    def same(a, b):
+      n = max(len(a.spec), len(b.spec))
+      return a.mesh == b.mesh and (
+          canonical_spec(a.spec, n) == canonical_spec(b.spec, n))
+    return self.leaves is None or all(map(same, self.reads, self.leaves))
+
+
+class HintedPlacement:
+  """Puts the read-and-written states of a compiled program where the
+  ``shard_map`` inside it reads them, before the call.
+
+  A state created unplaced (``jnp.zeros``) would otherwise enter the first
+  call on one device and leave it sharded: the second call would see a new
+  input sharding and compile again, and the first call's donation would be
+  unusable. Read-only states are left alone: their placement does not change
+  between calls, so they cannot cause a recompile.
+  """
+
+  def __init__(self, hints: dict):
+    self.hints = hints
+
+  def targets(self, states: Sequence[State]) -> list:
+    """Per state, its hinted leaf shardings (None where there is no hint)."""
+    return [None if (h := self.hints.get(id(s))) is None else h.reads
+            for s in states]
+
+  def place(self, plan, cand: list, rest: list, args: tuple, kwargs: dict):
+    for i, (x, target) in enumerate(zip(cand, self.targets(plan.cand))):
+      if target is not None:
+        leaves, treedef = jax.tree.flatten(x)
+        if not all(isinstance(a, jax.Array) and same_placement(a, t)
+                   for a, t in zip(leaves, target, strict=True)):
+          cand[i] = jax.tree.unflatten(treedef, [
+              jax.device_put(a, t) for a, t in zip(leaves, target)])
+    return cand, rest, args, kwargs
+
+  def fast_targets(self, plan):
+    """One target per read state for the generated call's inline check
+    (None: not checked), or None where a hinted state is a pytree."""
+    targets = []
+    for s, t in zip(plan.cand, self.targets(plan.cand)):
+      if t is not None and (len(t) != 1 or not isinstance(s._value, jax.Array)):
+        return None
+      targets.append(None if t is None else _full_rank(t[0], s._value.ndim))
+    return targets + [None] * len(plan.rest), None, None
+
+
+def _full_rank(sharding: NamedSharding, ndim: int) -> NamedSharding:
+  # Outputs come back with full-rank specs (P('x', None) for P('x') on a
+  # matrix); a target spelled that way keeps the inline check exact.
+  spec = sharding.spec
+  if len(spec) >= ndim:
+    return sharding
+  return NamedSharding(sharding.mesh, P(*spec, *[None] * (ndim - len(spec))))

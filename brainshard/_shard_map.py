@@ -26,7 +26,7 @@ from brainshard._axes import (
     Rules, current_rules, freeze_rules, merged_rules, using_rules)
 from brainshard._args import Call, check_kwarg_specs, split_call, static_args
 from brainshard._jit import ReplayFrame, StatefulJit, gather_values, replay
-from brainshard._placement import Placement, canonical_spec
+from brainshard._placement import Placement, PlacementHint, canonical_spec
 from brainshard._specs import (
     NO_MATCH, StateSpecs, arg_leaf_specs, check_spec, check_state_specs_arg,
     explicit_spec, has_explicit_axes, leaf_specs, manual_spec, match_state_spec,
@@ -34,7 +34,7 @@ from brainshard._specs import (
 from brainshard._state import (
     Signature, State, _frames, current_signature,
     describe_signature, signature, Frame, write_results)
-from brainshard._stateful import _DiscoveryFrame, fun_name
+from brainshard._stateful import _DiscoveryFrame, copy_metadata, fun_name
 
 __all__ = ["shard_map", "ShardMappedFunction"]
 
@@ -94,9 +94,11 @@ class ShardMappedFunction:
     self.name = f"bs.shard_map({fun_name(fun)})"
     self._plans: dict[_Signature, _Plan] = {}
     self._eager: dict[Hashable, StatefulJit] = {}
-    self.__wrapped__ = fun
-    self.__name__ = getattr(fun, "__name__", "shard_map")
-    self.__doc__ = getattr(fun, "__doc__", None)
+    copy_metadata(self, fun)
+
+  def __repr__(self) -> str:
+    mesh = "from jax.set_mesh" if self.mesh is None else dict(self.mesh.shape)
+    return f"<{self.name} mesh={mesh}>"
 
   # -- mesh -----------------------------------------------------------------
 
@@ -271,6 +273,18 @@ class ShardMappedFunction:
       check_spec(s, aval.shape, mesh, f"{owner}, {which} {s}")
     return specs
 
+  def _state_out_specs(self, state: State, sig: Signature, mesh: Any,
+                       in_specs: list[P]) -> list[P]:
+    """Where a written state leaves: ``state_out_specs``, else as it came."""
+    out = match_state_spec(state, self.state_out_specs)
+    if out is NO_MATCH:
+      return in_specs
+    owner = f"{self.name}: {state._label()} ({describe_signature(sig)})"
+    specs = leaf_specs(out, jax.tree.unflatten(*sig), owner)
+    for s, aval in zip(specs, sig[1]):
+      check_spec(s, aval.shape, mesh, f"{owner}, state_out_specs {s}")
+    return specs
+
   def _build_plan(self, mesh: Any, call: Call) -> _Plan:
     arg_specs = self._arg_specs(mesh, call.args)
     kwarg_specs = self._kwarg_specs(mesh, call.kwargs)
@@ -285,11 +299,15 @@ class ShardMappedFunction:
         touched.append((state, specs))
       return specs
 
+    def out_specs(state: State, sig: Signature) -> list[P]:
+      return self._state_out_specs(state, sig, mesh, state_specs(state, sig))
+
     frames: list[_DiscoveryShardFrame] = []
 
     def body(read_vals, dyn_args, dyn_kwargs):
       args, kwargs = call.rebuild(dyn_args, dyn_kwargs)
-      frame = _DiscoveryShardFrame(self.name, mesh, manual, state_specs)
+      frame = _DiscoveryShardFrame(self.name, mesh, manual, state_specs,
+                                   out_specs)
       frames.append(frame)
       with frame:
         self.fun(*args, **kwargs)
@@ -309,34 +327,22 @@ class ShardMappedFunction:
       jax.make_jaxpr(traced)(*[
           jax.ShapeDtypeStruct(jax.typeof(x).shape, jax.typeof(x).dtype)
           for x in leaves])
-    except Exception as e:
-      self._note_replicated_states(e, touched)
+    except (TypeError, ValueError) as e:
+      self._explain_replicated_states(e, touched)
       raise
     frame = frames[-1]
     d = _Found(tuple(frame.input_states()), tuple(frame.written_states()))
 
-    write_specs = {}
-    for state in d.write_states:
-      sig = current_signature(state)
-      in_specs = read_specs.get(id(state)) or self._state_in_specs(
-          state, sig, mesh)
-      out = match_state_spec(state, self.state_out_specs)
-      if out is NO_MATCH:
-        write_specs[id(state)] = in_specs
-      else:
-        owner = f"{self.name}: {state._label()} ({describe_signature(sig)})"
-        specs = leaf_specs(out, jax.tree.unflatten(*sig), owner)
-        for s, aval in zip(specs, sig[1]):
-          check_spec(s, aval.shape, mesh, f"{owner}, state_out_specs {s}")
-        write_specs[id(state)] = specs
+    write_specs = {id(s): out_specs(s, current_signature(s))
+                   for s in d.write_states}
     return _Plan(d.read_states, d.write_states,
                  {id(s): read_specs[id(s)] for s in d.read_states},
                  write_specs, arg_specs, kwarg_specs)
 
-  def _note_replicated_states(self, e: BaseException,
-                              touched: list[tuple[State, list[P]]]) -> None:
-    if not isinstance(e, (TypeError, ValueError)):
-      return
+  def _explain_replicated_states(self, e: Exception,
+                                 touched: list[tuple[State, list[P]]]) -> None:
+    """Re-raises a shape error that involves a replicated state's global
+    shape with the fix (declare its spec) in the message itself."""
     # Only where the error is about a replicated state's (global) shape: a
     # user's own exception must arrive exactly as raised.
     message = str(e)
@@ -351,18 +357,20 @@ class ShardMappedFunction:
         for s in replicated)
     example = replicated[0].name or "state"
     axis = self._manual_axes(self._resolve_mesh())[0]
-    e.add_note(
-        f"Note: {self.name} runs the function on per-shard values. These "
+    raise type(e)(
+        f"{e}\n\n{self.name} runs the function on per-shard values. These "
         f"states were read replicated (whole on every shard, spec P()): "
         f"{names}. If a state should be split across the mesh like the data, "
         f"declare it: state_in_specs={{{example}: P({axis!r})}} (or give the "
-        "State a spec= or axes=).")
+        "State a spec= or axes=).") from e
 
   # -- the traced call ------------------------------------------------------
 
   def _traced_call(self, mesh: Any, args: tuple, kwargs: dict) -> Any:
     call = self._split(args, kwargs)
     plan = self._plan_call(mesh, call)
+    if _frames.stack and isinstance(mesh, jax.sharding.Mesh):
+      self._hint_placements(mesh, plan)
     read_vals = gather_values(plan.reads, self.name)
     # The states' values may have changed shape since planning.
     for s, v in zip(plan.reads, read_vals):
@@ -382,6 +390,16 @@ class ShardMappedFunction:
         (self.out_specs, write_spec_trees))
     write_results(list(plan.writes), new_vals, self.name)
     return out
+
+  def _hint_placements(self, mesh: Any, plan: _Plan) -> None:
+    """Tells the enclosing discoveries where each state is read and left,
+    so the compiled program's inputs can be placed there up front."""
+    frame = _frames.stack[-1]
+    for s in plan.reads:
+      out = plan.write_specs.get(id(s))
+      frame.hint_placement(s, PlacementHint(
+          tuple(NamedSharding(mesh, p) for p in plan.read_specs[id(s)]),
+          None if out is None else tuple(NamedSharding(mesh, p) for p in out)))
 
   def _map(self, mesh: Any, body: Callable, call: Call,
            arg_specs: list[list[P]], kwarg_specs: dict[str, list[P]],
@@ -453,8 +471,9 @@ class ShardMappedFunction:
               "was computed from per-shard data), so it cannot be stored as "
               f"one value. Declare where it lives, e.g. state_out_specs="
               f"{{{s.name or 'state'}: P({axis!r})}} (and state_in_specs to "
-              "match), or make it equal on every shard with "
-              f"jax.lax.psum / pmean / all_gather over {axis!r}.")
+              "match), or make it equal on every shard with jax.lax.psum or "
+              f"pmean over {axis!r} (an all_gather result still counts as "
+              "per-shard data; pass check_vma=False to store it).")
 
 
 class _ShardFrame(ReplayFrame):
@@ -479,10 +498,14 @@ class _ShardFrame(ReplayFrame):
     specs = self.plan.write_specs.get(id(state))
     if specs is None:
       return outer_sig
-    treedef, avals = outer_sig
-    return treedef, tuple(
-        shard_aval(a, manual_spec(spec, self._manual), self.mesh)
-        for a, spec in zip(avals, specs))
+    return _shard_signature(outer_sig, specs, self.mesh, self._manual)
+
+  def write_signature(self, state: State) -> Signature:
+    outer = _outer_signature(self, state)
+    specs = self.plan.write_specs.get(id(state))
+    if specs is None:  # not written when discovered: replay reports it
+      return self.signature_of(state)
+    return _shard_signature(outer, specs, self.mesh, self._manual)
 
 
 class _Found(NamedTuple):
@@ -519,11 +542,13 @@ class _DiscoveryShardFrame(Frame):
   discovery trace and cuts out this shard's block."""
 
   def __init__(self, name: str, mesh: Any, manual: frozenset | None,
-               state_specs: Callable[[State, Signature], list[P]]):
+               state_specs: Callable[[State, Signature], list[P]],
+               out_specs: Callable[[State, Signature], list[P]]):
     super().__init__(name)
     self.mesh = mesh
     self.manual = manual
     self.state_specs = state_specs
+    self.out_specs = out_specs
 
   def first_read(self, state: State, outer_value: Any) -> Any:
     specs = self.state_specs(state, signature(outer_value))
@@ -533,10 +558,28 @@ class _DiscoveryShardFrame(Frame):
         for x, spec in zip(leaves, specs)])
 
   def inner_signature(self, state: State, outer_sig: Signature) -> Signature:
-    treedef, avals = outer_sig
-    return treedef, tuple(
-        shard_aval(a, manual_spec(spec, self.manual), self.mesh)
-        for a, spec in zip(avals, self.state_specs(state, outer_sig)))
+    return _shard_signature(outer_sig, self.state_specs(state, outer_sig),
+                            self.mesh, self.manual)
+
+  def write_signature(self, state: State) -> Signature:
+    outer = _outer_signature(self, state)
+    return _shard_signature(outer, self.out_specs(state, outer), self.mesh,
+                            self.manual)
+
+
+def _outer_signature(frame: Frame, state: State) -> Signature:
+  """The state's (global) signature outside a shard_map body's frame."""
+  if frame.parent is not None:
+    return frame.parent.signature_of(state)
+  return state._global_signature()
+
+
+def _shard_signature(sig: Signature, specs: Sequence[P], mesh: Any,
+                     manual: frozenset | None) -> Signature:
+  """Per-shard signature of a state whose leaves are split by ``specs``."""
+  treedef, avals = sig
+  return treedef, tuple(shard_aval(a, manual_spec(spec, manual), mesh)
+                        for a, spec in zip(avals, specs))
 
 
 def _reshard(value: Any, spec_tree: Any, mesh: Any,

@@ -163,13 +163,16 @@ class Frame:
     self.name = name
     self.slots: dict[int, _Slot] = {}
     self.parent: Frame | None = None
+    self._trace = None
     self._trace_state = None
+    self._foreign_reads = False  # a State read under a JAX transform in it
 
   # -- lifetime -------------------------------------------------------------
 
   def __enter__(self) -> "Frame":
     stack = _frames.stack
     self.parent = stack[-1] if stack else None
+    self._trace = _compat.current_trace()
     self._trace_state = _compat.get_opaque_trace_state()
     stack.append(self)
     return self
@@ -178,6 +181,8 @@ class Frame:
     stack = _frames.stack
     assert stack and stack[-1] is self, "brainshard frame stack corrupted"
     stack.pop()
+    if self._foreign_reads:  # see _compat.forget_staged_closures
+      _compat.forget_staged_closures()
 
   # -- hooks ----------------------------------------------------------------
 
@@ -188,6 +193,19 @@ class Frame:
   def inner_signature(self, state: "State", outer_sig: Signature) -> Signature:
     """The signature ``state`` has inside this frame, given it outside."""
     return outer_sig
+
+  def write_signature(self, state: "State") -> Signature:
+    """The signature a write of ``state`` in this frame must have (per shard
+    in shard_map, where a state may leave with another spec than it came
+    in with)."""
+    return self.signature_of(state)
+
+  def hint_placement(self, state: "State", hint: Any) -> None:
+    """Passes where a ``shard_map`` reads and leaves ``state`` (a
+    :class:`~brainshard._placement.PlacementHint`) up to the discoveries
+    that will compile the program around it."""
+    if self.parent is not None:
+      self.parent.hint_placement(state, hint)
 
   # -- the recording path ---------------------------------------------------
 
@@ -200,10 +218,25 @@ class Frame:
     self.slots[id(state)] = _Slot(state, value, signature(value), created=True)
 
   def read(self, state: "State") -> Any:
+    """``state.value`` as the function being traced in this frame sees it."""
+    value = self.lookup(state)
+    if _compat.get_opaque_trace_state() != self._trace_state:
+      # Read under a JAX transform nested in this frame, which may cache
+      # the value it closes over past this frame's trace.
+      for frame in _frames.stack:
+        frame._foreign_reads = True
+    return value
+
+  def lookup(self, state: "State") -> Any:
+    """The state's value in this frame, made on first use."""
     slot = self.slots.get(id(state))
     if slot is None:
-      outer = self.parent.read(state) if self.parent else state._global_value()
-      value = self.first_read(state, outer)
+      # The first read may come from a transform nested in this frame (a
+      # bs.jit inside a shard_map body): the value belongs to this frame's
+      # trace, or the nested trace would capture it and keep it.
+      with _compat.under_trace(self._trace):
+        outer = self.parent.lookup(state) if self.parent else state._global_value()
+        value = self.first_read(state, outer)
       slot = self.slots[id(state)] = _Slot(
           state, value, signature(value), is_input=True)
     return slot.value
@@ -225,12 +258,13 @@ class Frame:
           "would leave a tracer in the State. Write states only directly "
           "under brainshard transforms (bs.jit, bs.shard_map, ...), or return "
           "the value from the inner JAX transform and write it outside.")
-    ref = self.signature_of(state)
+    ref = self.write_signature(state)
     value = _conform(state, value, ref, self.name)
     slot = self.slots.get(id(state))
     if slot is None:
       slot = self.slots[id(state)] = _Slot(state, value, ref)
     slot.value = value
+    slot.sig = ref
     slot.written = True
 
   def restore(self, state: "State", value: Any) -> None:

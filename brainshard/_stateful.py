@@ -18,15 +18,39 @@ from jax.extend.core import jaxpr_as_fun
 
 from brainshard import _compat
 from brainshard._state import (
-    Frame, Signature, State, current_signature, signature)
+    Frame, Signature, State, current_signature, describe_signature,
+    describe_value, signature)
 
-__all__ = ["StatefulFunction", "Discovery", "fun_name"]
+__all__ = ["StatefulFunction", "Discovery", "fun_name", "copy_metadata"]
 
 
 def fun_name(fun: Callable) -> str:
   while isinstance(fun, functools.partial):
     fun = fun.func
   return getattr(fun, "__qualname__", None) or getattr(fun, "__name__", repr(fun))
+
+
+_METADATA = ("__module__", "__name__", "__qualname__", "__doc__")
+
+
+def copy_metadata(wrapper: Any, fun: Callable) -> None:
+  """Gives a wrapper object ``fun``'s name, docstring and ``__wrapped__``.
+
+  Unlike ``functools.update_wrapper`` it never copies ``fun.__dict__``: a
+  ``jax.grad`` or ``functools.wraps`` function carries the attributes of the
+  function *it* wraps there, and copying them would overwrite the wrapper's
+  own (a ``bs.jit`` of ``jax.grad(bs.jit(f))`` would then call ``f``).
+  """
+  for attr in _METADATA:
+    try:
+      value = getattr(fun, attr)
+    except AttributeError:
+      continue
+    try:
+      setattr(wrapper, attr, value)
+    except (AttributeError, TypeError):  # read-only on some objects
+      pass
+  wrapper.__wrapped__ = fun
 
 
 class Discovery(NamedTuple):
@@ -38,6 +62,7 @@ class Discovery(NamedTuple):
   out_tree: Any                    # treedef of (out, [written values])
   out_shapes: Any                  # ShapeDtypeStructs of the function's output
   state_sigs: tuple[Signature, ...]  # signature of each of `states` when traced
+  placements: dict                 # id(state) -> PlacementHint from shard_maps
 
 
 class _DiscoveryFrame(Frame):
@@ -46,15 +71,20 @@ class _DiscoveryFrame(Frame):
   def __init__(self, name: str, trace: Any,
                state_signature: Callable[[State, Signature], Signature]):
     super().__init__(name)
-    self._trace = trace
+    self._input_trace = trace
     self._state_signature = state_signature
+    self.placements: dict[int, Any] = {}
+
+  def hint_placement(self, state: State, hint: Any) -> None:
+    self.placements.setdefault(id(state), hint)
+    super().hint_placement(state, hint)
 
   def inner_signature(self, state: State, outer_sig: Signature) -> Signature:
     return self._state_signature(state, outer_sig)
 
   def first_read(self, state: State, outer_value: Any) -> Any:
     treedef, avals = self._state_signature(state, signature(outer_value))
-    leaves = [_compat.new_trace_input(self._trace, a) for a in avals]
+    leaves = [_compat.new_trace_input(self._input_trace, a) for a in avals]
     return jax.tree.unflatten(treedef, leaves)
 
 
@@ -195,7 +225,8 @@ class StatefulFunction:
         jaxpr=closed,
         out_tree=jax.tree.structure(shapes),
         out_shapes=shapes[0],
-        state_sigs=tuple(current_signature(s) for s in states))
+        state_sigs=tuple(current_signature(s) for s in states),
+        placements=frame.placements)
 
   # -- public API -----------------------------------------------------------
 
@@ -235,6 +266,13 @@ class StatefulFunction:
           f"{self.name}.jaxpr_call got {len(state_vals)} state values, but "
           f"the function touches {len(d.states)} states "
           f"({', '.join(s._label() for s in d.states)}).")
+    for s, v, sig in zip(d.states, state_vals, d.state_sigs):
+      if jax.tree.structure(v) != sig[0]:
+        raise ValueError(
+            f"{self.name}.jaxpr_call: the value given for {s._label()} is "
+            f"{describe_value(v)}, but the state holds "
+            f"{describe_signature(sig)}; pass one value per state of "
+            "get_states(), in that order.")
     by_id = {id(s): v for s, v in zip(d.states, state_vals)}
     split = self._split(args, kwargs)
     read_leaves = jax.tree.leaves([by_id[id(s)] for s in d.read_states])

@@ -10,6 +10,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import brainshard as bs
+from _util import mesh
 
 
 def mesh_2d(axis_type):
@@ -244,3 +245,93 @@ def test_tuple_argument_with_a_prefix_and_a_mismatch():
   np.testing.assert_array_equal(f((jnp.zeros(8), jnp.ones(2))), np.full(8, 2.0))
   with pytest.raises(ValueError, match="positional argument 0"):
     f((jnp.zeros(8), jnp.ones(2), jnp.ones(2)))
+
+
+# -- state_out_specs changes a state's per-shard shape (issue 9, item 2) ------------
+
+
+def test_write_only_state_takes_its_out_spec_shape():
+  m = mesh((8,), ("x",))
+  o = bs.State(jnp.zeros(16), name="o")
+
+  def step(x):
+    o.value = x * 2.0  # each shard writes its block
+
+  bs.shard_map(step, mesh=m, in_specs=P("x"), out_specs=P(),
+               state_out_specs={o: P("x")})(jnp.arange(16.0))
+  np.testing.assert_array_equal(np.asarray(o.value), np.arange(16.0) * 2)
+  assert o.value.shape == (16,)
+
+
+def test_read_split_gather_and_write_whole():
+  m = mesh((8,), ("x",))
+  s = bs.State(jnp.arange(16.0), name="s")
+
+  def step():
+    s.value = jax.lax.all_gather(s.value, "x", tiled=True) + 1.0
+
+  # JAX types an all_gather result as per-shard data, so storing it
+  # replicated needs check_vma=False, as in jax.shard_map.
+  bs.shard_map(step, mesh=m, in_specs=(), out_specs=P(), check_vma=False,
+               state_in_specs={s: P("x")}, state_out_specs={s: P()})()
+  np.testing.assert_array_equal(np.asarray(s.value), np.arange(16.0) + 1)
+  with pytest.raises(ValueError, match=r"State 's'.*check_vma=False"):
+    bs.shard_map(step, mesh=m, in_specs=(), out_specs=P(),
+                 state_in_specs={s: P("x")}, state_out_specs={s: P()})()
+  np.testing.assert_array_equal(np.asarray(s.value), np.arange(16.0) + 1)
+
+
+def test_read_whole_and_write_each_shards_block():
+  m = mesh((8,), ("x",))
+  r = bs.State(jnp.arange(16.0), name="r")
+
+  def step():
+    i = jax.lax.axis_index("x")
+    r.value = jax.lax.dynamic_slice_in_dim(r.value, i * 2, 2) * 10.0
+
+  f = bs.shard_map(step, mesh=m, in_specs=(), out_specs=P(),
+                   state_in_specs={r: P()}, state_out_specs={r: P("x")})
+  f()
+  np.testing.assert_array_equal(np.asarray(r.value), np.arange(16.0) * 10)
+  f()  # again, now entering from its P('x') layout
+  np.testing.assert_array_equal(np.asarray(r.value), np.arange(16.0) * 100)
+  bs.jit(f)()  # and compiled
+  np.testing.assert_array_equal(np.asarray(r.value), np.arange(16.0) * 1000)
+
+
+def test_write_of_the_wrong_per_shard_shape_names_the_out_spec_shape():
+  m = mesh((8,), ("x",))
+  o = bs.State(jnp.zeros(16), name="o")
+
+  def step(x):
+    o.value = jnp.concatenate([x, x])  # 4 per shard, but P('x') means 2
+
+  with pytest.raises(ValueError, match=r"State 'o' holds float32\[2\].*"
+                     r"written with float32\[4\]"):
+    bs.shard_map(step, mesh=m, in_specs=P("x"), out_specs=P(),
+                 state_out_specs={o: P("x")})(jnp.arange(16.0))
+  np.testing.assert_array_equal(np.asarray(o.value), np.zeros(16))
+
+
+# -- the replicated-state hint is in the message (issue 9, item 4) ----------------
+
+
+def test_replicated_state_hint_is_in_str_of_the_error():
+  m = mesh((8,), ("x",))
+  rep = bs.State(jnp.ones(16), name="rep")
+  with pytest.raises(TypeError) as info:
+    bs.shard_map(lambda x: (rep.value * x).sum(), mesh=m, in_specs=P("x"),
+                 out_specs=P())(jnp.ones(16))
+  message = str(info.value)
+  assert "incompatible shapes" in message  # JAX's own words stay
+  assert "state_in_specs={rep: P('x')}" in message
+  assert "State 'rep' (float32[16])" in message
+
+
+def test_shard_map_repr_names_function_and_mesh():
+  def step(x):
+    return x
+  f = bs.shard_map(step, mesh=mesh((8,), ("x",)), in_specs=P("x"))
+  assert repr(f) == "<bs.shard_map(test_shard_map_repr_names_function_and_mesh"\
+      ".<locals>.step) mesh={'x': 8}>"
+  assert f.__name__ == "step" and f.__wrapped__ is step

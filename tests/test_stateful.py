@@ -306,3 +306,16 @@ def test_state_as_argument_is_type_error(how):
       sf.make_jaxpr({"a": [jnp.ones(2), s]})
   assert "passed" in str(info.value)
   np.testing.assert_array_equal(s.value, np.ones(3))
+
+
+def test_jaxpr_call_with_a_missing_value_names_the_state():
+  w = bs.State(jnp.ones(3), name="w")
+
+  def f(x):
+    w.value = w.value * x
+    return w.value.sum()
+
+  with pytest.raises(ValueError, match=r"value given for State 'w' is None.*"
+                     r"holds float32\[3\]"):
+    bs.StatefulFunction(f).jaxpr_call([None], 2.0)
+  np.testing.assert_array_equal(np.asarray(w.value), np.ones(3))
