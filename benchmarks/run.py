@@ -55,7 +55,8 @@ def _meta(args) -> dict:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   from benchmarks._workloads import WORKLOADS
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = argparse.ArgumentParser(
+      description=" ".join(__doc__.split("\n\n")[0].split()))
   parser.add_argument("--quick", action="store_true",
                       help="fewer sizes and repeats (under 2 minutes on 2 cores)")
   parser.add_argument("--only", default="",
