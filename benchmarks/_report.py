@@ -1,4 +1,5 @@
-"""Renders a results JSON into docs/benchmarks.md and the states plot."""
+"""Renders a results JSON into a Markdown report and the states plot
+(benchmarks/results/NAME.md by default, docs/benchmarks.md with --docs)."""
 
 from __future__ import annotations
 
@@ -35,9 +36,11 @@ the hand-written program".
 
 Run it: `python -m benchmarks` (full) or `python -m benchmarks --quick`
 (under two minutes on 2 cores); `--only dispatch,sharded`, `--profile`,
-`--no-peers`. Results land in `benchmarks/results/*.json` and this page is
-regenerated from them. The peers (brainstate, Flax NNX) run when installed:
-`pip install -e .[bench]`.
+`--no-peers`. Each run writes its results, a report like this page and its
+plot into `benchmarks/results/` (`quick.json`, `quick.md`,
+`quick_states.png`; `full.*` for a full run; not committed). This page and
+its plot are regenerated only on request, with `--docs`. The peers
+(brainstate, Flax NNX) run when installed: `pip install -e .[bench]`.
 """
 
 
@@ -250,8 +253,12 @@ def _profile(doc: dict) -> list[str]:
   return out
 
 
-def render(doc: dict, docs_dir: str, analysis: str | None = None) -> str:
-  os.makedirs(docs_dir, exist_ok=True)
+def render(doc: dict, out_dir: str, analysis: str | None = None, *,
+           md_name: str = "benchmarks.md",
+           png_name: str = "benchmarks_states.png") -> str:
+  """Writes ``out_dir/md_name`` (and the plot ``out_dir/png_name``, which the
+  report links by its bare name); returns the report's path."""
+  os.makedirs(out_dir, exist_ok=True)
   results, meta = doc["results"], doc["meta"]
   if analysis is None:
     path = os.path.join(os.path.dirname(__file__), "ANALYSIS.md")
@@ -278,8 +285,8 @@ def render(doc: dict, docs_dir: str, analysis: str | None = None) -> str:
               "`lambda vals: [v + 1 for v in vals]` called as "
               "`vals = f(vals)`. Ratio (time per call):", ""]
     lines += _dispatch_matrix(disp) + [""]
-    if plot_states(disp, os.path.join(docs_dir, "benchmarks_states.png")):
-      lines += ["![ratio vs number of states](benchmarks_states.png)", ""]
+    if plot_states(disp, os.path.join(out_dir, png_name)):
+      lines += [f"![ratio vs number of states]({png_name})", ""]
     lines += ["### Overhead per state", ""] + _per_state(disp) + [""]
   sh = _by(results, "sharded")
   if sh:
@@ -340,7 +347,7 @@ def render(doc: dict, docs_dir: str, analysis: str | None = None) -> str:
   prof = _profile(doc)
   if prof:
     lines += ["## Profile of the per-call path", ""] + prof
-  path = os.path.join(docs_dir, "benchmarks.md")
+  path = os.path.join(out_dir, md_name)
   with open(path, "w") as f:
     f.write("\n".join(lines).rstrip() + "\n")
   return path

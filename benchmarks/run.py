@@ -4,8 +4,10 @@
 Every figure is the ratio of brainshard's time to hand-threaded pure JAX
 doing the same work, timed interleaved in this process (machines here are
 shared and noisy); absolute times are printed beside, never asserted.
-Results go to ``benchmarks/results/<name>.json`` and are rendered into
-``docs/benchmarks.md`` (with ``docs/benchmarks_states.png``).
+Each run writes ``benchmarks/results/<name>.json``, its report
+``<name>.md`` and plot ``<name>_states.png`` there (``<name>`` is ``quick``
+or ``full``); the committed ``docs/benchmarks.md`` and
+``docs/benchmarks_states.png`` are regenerated only with ``--docs``.
 
 The peers (brainstate, Flax NNX) run the same workloads when installed
 (``pip install -e .[bench]``); pass ``--no-peers`` to skip them.
@@ -51,9 +53,10 @@ def _meta(args) -> dict:
   return meta
 
 
-def main(argv: list[str] | None = None) -> int:
-  from benchmarks._workloads import WORKLOADS, Ctx
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+  from benchmarks._workloads import WORKLOADS
+  parser = argparse.ArgumentParser(
+      description=" ".join(__doc__.split("\n\n")[0].split()))
   parser.add_argument("--quick", action="store_true",
                       help="fewer sizes and repeats (under 2 minutes on 2 cores)")
   parser.add_argument("--only", default="",
@@ -66,24 +69,50 @@ def main(argv: list[str] | None = None) -> int:
                       help="also profile brainshard's per-call path")
   parser.add_argument("--name", default=None,
                       help="results file name (default: quick or full)")
+  parser.add_argument("--out", default=None,
+                      help="folder for the results, report and plot "
+                      "(default: benchmarks/results)")
+  parser.add_argument("--docs", action="store_true",
+                      help="also regenerate the committed docs/benchmarks.md "
+                      "and docs/benchmarks_states.png from this run")
+  # The docs are no longer written by default; accepted for old scripts.
   parser.add_argument("--no-docs", dest="docs", action="store_false",
-                      help="do not render docs/benchmarks.md")
+                      help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   if args.repeats is None:
     args.repeats = 9 if args.quick else 25
+  chosen = [w for w in (args.only.split(",") if args.only else WORKLOADS) if w]
+  unknown = set(chosen) - set(WORKLOADS)
+  if unknown:
+    parser.error(f"unknown workloads {sorted(unknown)}; pick from {list(WORKLOADS)}")
+  args.workloads = chosen
+  return args
+
+
+def output_paths(args: argparse.Namespace, root: str | None = None) -> dict:
+  """Where a run writes: ``json``, ``report``, ``plot`` (all in the results
+  folder) and ``docs``: None, or the docs folder when ``--docs`` asks."""
+  root = root or _ROOT
+  out = args.out or os.path.join(root, "benchmarks", "results")
+  name = args.name or ("quick" if args.quick else "full")
+  return dict(json=os.path.join(out, f"{name}.json"),
+              report=os.path.join(out, f"{name}.md"),
+              plot=os.path.join(out, f"{name}_states.png"),
+              docs=os.path.join(root, "docs") if args.docs else None)
+
+
+def main(argv: list[str] | None = None) -> int:
+  from benchmarks._workloads import WORKLOADS, Ctx
+  args = parse_args(argv)
   # The peers warn about deprecated calls on every call; silence that once,
   # process-wide, so no per-call warning machinery is timed.
   warnings.filterwarnings("ignore", category=DeprecationWarning)
   warnings.filterwarnings("ignore", module=r"(flax|brainstate|brainunit)")
 
-  chosen = [w for w in (args.only.split(",") if args.only else WORKLOADS) if w]
-  unknown = set(chosen) - set(WORKLOADS)
-  if unknown:
-    parser.error(f"unknown workloads {sorted(unknown)}; pick from {list(WORKLOADS)}")
   ctx = Ctx(quick=args.quick, peers=args.peers, repeats=args.repeats)
   t0 = time.perf_counter()
   results = []
-  for name in chosen:
+  for name in args.workloads:
     print(f"[{name}]", flush=True)
     t = time.perf_counter()
     results += WORKLOADS[name](ctx)
@@ -93,27 +122,35 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks._profile import profile_all
     doc["profile"] = profile_all()
   doc["meta"]["wall_s"] = time.perf_counter() - t0
+  _write(doc, args, output_paths(args))
+  return 0
 
-  out_dir = os.path.join(_ROOT, "benchmarks", "results")
-  os.makedirs(out_dir, exist_ok=True)
-  name = args.name or ("quick" if args.quick else "full")
-  path = os.path.join(out_dir, f"{name}.json")
+
+def _write(doc: dict, args: argparse.Namespace, paths: dict) -> None:
+  from benchmarks._report import render
+  path = paths["json"]
+  os.makedirs(os.path.dirname(path), exist_ok=True)
   if args.only and os.path.exists(path):  # merge into the earlier run
     with open(path) as f:
       old = json.load(f)
     keep = [r for r in old.get("results", []) if r["workload"] not in
-            {r2["workload"] for r2 in results}]
-    doc["results"] = keep + results
+            {r2["workload"] for r2 in doc["results"]}]
+    doc["results"] = keep + doc["results"]
     if "profile" not in doc and "profile" in old:
       doc["profile"] = old["profile"]
   with open(path, "w") as f:
     json.dump(doc, f, indent=1)
-  print(f"wrote {os.path.relpath(path, _ROOT)} in {doc['meta']['wall_s']:.1f} s")
-  if args.docs:
-    from benchmarks._report import render
-    md = render(doc, os.path.join(_ROOT, "docs"))
-    print(f"wrote {os.path.relpath(md, _ROOT)}")
-  return 0
+  print(f"wrote {_rel(path)} in {doc['meta']['wall_s']:.1f} s")
+  report = render(doc, os.path.dirname(paths["report"]),
+                  md_name=os.path.basename(paths["report"]),
+                  png_name=os.path.basename(paths["plot"]))
+  print(f"wrote {_rel(report)}")
+  if paths["docs"] is not None:
+    print(f"wrote {_rel(render(doc, paths['docs']))}")
+
+
+def _rel(path: str) -> str:
+  return os.path.relpath(path, _ROOT)
 
 
 if __name__ == "__main__":

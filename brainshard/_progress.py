@@ -3,14 +3,15 @@
 A loop given ``pbar=ProgressBar(...)`` reports from inside the compiled
 program with ``jax.debug.callback(..., ordered=False)``: ordered effects
 cannot run on more than one device or inside ``shard_map``, unordered ones
-can. The callback sits under a ``lax.cond`` that fires every ``freq`` steps,
-so a coarse ``freq`` costs one integer comparison per step. Inside
-``bs.shard_map`` only the first shard reports; the host side also ignores
-repeated or stale counts, so a report can never go backwards.
+can. The callback sits under a ``lax.cond`` that fires every ``freq`` steps
+(or as ``count`` asks), so a coarse bar costs one integer comparison per
+step. Inside ``bs.shard_map`` only the first shard reports; the host side
+also ignores repeated or stale counts, so a report can never go backwards.
 """
 
 from __future__ import annotations
 
+import numbers
 import sys
 import threading
 import time
@@ -26,6 +27,16 @@ from brainshard._state import frame_stack
 __all__ = ["ProgressBar", "as_progress_bar"]
 
 
+# tqdm's own options a bar may pass on; the loop sets total/initial, and
+# desc/file are ProgressBar's own arguments.
+_TQDM_OPTIONS = frozenset({
+    "leave", "ncols", "nrows", "mininterval", "maxinterval", "miniters",
+    "ascii", "disable", "unit", "unit_scale", "unit_divisor", "dynamic_ncols",
+    "smoothing", "bar_format", "position", "postfix", "colour", "delay"})
+_SET_BY_LOOP = frozenset({"total", "initial", "iterable"})
+DEFAULT_COUNT = 100
+
+
 class ProgressBar:
   """Shows the progress of a compiled ``for_loop`` / ``scan`` as it runs.
 
@@ -33,14 +44,21 @@ class ProgressBar:
   ipywidgets), else a one-line text bar.
 
   Args:
-    freq: report every ``freq`` steps; None picks about 100 reports per loop.
-    desc: a label shown before the bar.
+    freq: report every ``freq`` steps.
+    desc: a label shown before the bar (default: the loop's name).
+    count: how many times the bar reports over the whole loop (brainstate's
+      ``count``): every ``ceil(steps / count)`` steps, so at most ``count``
+      reports; a loop of fewer steps reports every step. Give ``freq`` or
+      ``count``, not both; with neither, ``count=100``.
     file: where the bar is written (default: ``sys.stderr``).
     use_tqdm: True/False to force or avoid tqdm; None uses it if importable.
-    **tqdm_kwargs: passed to ``tqdm`` (e.g. ``leave=False``, ``ncols=80``).
+    **tqdm_kwargs: tqdm options (e.g. ``leave=False``, ``ncols=80``), passed
+      on when the bar is a tqdm bar.
 
-  Two ProgressBars with the same settings are equal, so a loop called again
-  with a fresh but equal bar reuses its compiled program.
+  Arguments are checked here: an unknown keyword is a ``TypeError`` naming
+  it, a bad value a ``TypeError`` or ``ValueError``. Two ProgressBars with
+  the same settings are equal, so a loop called again with a fresh but
+  equal bar reuses its compiled program.
 
   Example:
     >>> import io, brainshard as bs, jax.numpy as jnp
@@ -52,21 +70,39 @@ class ProgressBar:
     ...                 pbar=bs.ProgressBar(freq=5, file=out, use_tqdm=False))
     >>> '100% 10/10' in out.getvalue()
     True
+    >>> bs.ProgressBar(count=20)     # about 20 reports, whatever the length
+    ProgressBar(count=20, desc=None)
   """
 
   def __init__(self, freq: int | None = None, desc: str | None = None, *,
-               file: IO[str] | None = None, use_tqdm: bool | None = None,
-               **tqdm_kwargs: Any):
-    if freq is not None and (not isinstance(freq, int) or freq < 1):
-      raise ValueError(f"ProgressBar: freq must be a positive int, got {freq!r}.")
-    self.freq = freq
+               count: int | None = None, file: IO[str] | None = None,
+               use_tqdm: bool | None = None, **tqdm_kwargs: Any):
+    self.freq = _positive_int(freq, "freq")
+    self.count = _positive_int(count, "count")
+    if freq is not None and count is not None:
+      raise ValueError(
+          f"ProgressBar: give freq (report every that many steps) or count "
+          f"(report that many times), not both; got freq={freq!r}, "
+          f"count={count!r}.")
+    if desc is not None and not isinstance(desc, str):
+      raise TypeError(
+          f"ProgressBar: desc must be a str or None, got "
+          f"{type(desc).__name__} {desc!r}.")
+    if file is not None and not callable(getattr(file, "write", None)):
+      raise TypeError(
+          f"ProgressBar: file must have a write() method (like sys.stderr or "
+          f"io.StringIO()), got {type(file).__name__}.")
+    if use_tqdm is not None and not isinstance(use_tqdm, bool):
+      raise TypeError(
+          f"ProgressBar: use_tqdm must be True, False or None, got {use_tqdm!r}.")
+    _check_tqdm_kwargs(tqdm_kwargs, use_tqdm)
     self.desc = desc
     self.file = file
     self.use_tqdm = use_tqdm
     self.tqdm_kwargs = tqdm_kwargs
 
   def _key(self) -> tuple:
-    return (self.freq, self.desc, id(self.file), self.use_tqdm,
+    return (self.freq, self.count, self.desc, id(self.file), self.use_tqdm,
             tuple(sorted((k, repr(v)) for k, v in self.tqdm_kwargs.items())))
 
   def __eq__(self, other: Any) -> bool:
@@ -76,12 +112,51 @@ class ProgressBar:
     return hash(self._key())
 
   def __repr__(self) -> str:
-    return f"ProgressBar(freq={self.freq}, desc={self.desc!r})"
+    every = (f"freq={self.freq}" if self.count is None
+             else f"count={self.count}")
+    return f"ProgressBar({every}, desc={self.desc!r})"
+
+  def steps_between_reports(self, total: int) -> int:
+    """How many steps apart a loop of ``total`` steps reports."""
+    if self.freq is not None:
+      return self.freq
+    count = self.count if self.count is not None else DEFAULT_COUNT
+    return max(1, -(-total // count))  # ceil: at most `count` reports
 
   def bind(self, total: int, name: str) -> "_Ticker":
     """The reporter of one traced loop of ``total`` steps."""
-    freq = self.freq or max(1, total // 100)
-    return _Ticker(_HostBar(self, total, name), freq)
+    return _Ticker(_HostBar(self, total, name),
+                   self.steps_between_reports(total))
+
+
+def _positive_int(x: Any, what: str) -> int | None:
+  if x is None:
+    return None
+  if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+    raise TypeError(
+        f"ProgressBar: {what} must be a positive int or None, got "
+        f"{type(x).__name__} {x!r}.")
+  if x < 1:
+    raise ValueError(f"ProgressBar: {what} must be a positive int, got {x!r}.")
+  return int(x)
+
+
+def _check_tqdm_kwargs(kwargs: dict, use_tqdm: bool | None) -> None:
+  for k in kwargs:
+    if k in _SET_BY_LOOP:
+      raise TypeError(
+          f"ProgressBar got {k}=, which the loop sets (its number of steps); "
+          "leave it out.")
+    if k not in _TQDM_OPTIONS:
+      raise TypeError(
+          f"ProgressBar got an unexpected keyword argument {k!r}. It takes "
+          "freq, desc, count, file, use_tqdm and these tqdm options: "
+          f"{', '.join(sorted(_TQDM_OPTIONS))}.")
+  if kwargs and use_tqdm is False:
+    raise TypeError(
+        f"ProgressBar: {', '.join(sorted(kwargs))} "
+        f"{'is a tqdm option' if len(kwargs) == 1 else 'are tqdm options'}, "
+        "but use_tqdm=False.")
 
 
 def as_progress_bar(pbar: Any) -> ProgressBar | None:
@@ -92,7 +167,7 @@ def as_progress_bar(pbar: Any) -> ProgressBar | None:
     return ProgressBar()
   if isinstance(pbar, ProgressBar):
     return pbar
-  if isinstance(pbar, int):
+  if isinstance(pbar, numbers.Integral):
     return ProgressBar(freq=pbar)
   raise TypeError(
       f"pbar must be a bs.ProgressBar, an int (report every that many steps) "

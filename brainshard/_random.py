@@ -25,7 +25,7 @@ import numpy as np
 
 from brainshard import _compat
 from brainshard._control import manual_axes
-from brainshard._state import State, frame_stack
+from brainshard._state import SLOT_LOCK, State, frame_stack
 
 __all__ = [
     "RandomState", "default_state", "seed", "split_key", "normal", "uniform",
@@ -76,6 +76,9 @@ class RandomState(State):
     name: an optional name for errors and reprs.
 
   The methods mirror the module functions of :mod:`brainshard.random`.
+  Draws from several threads are safe: each advances the key exactly once,
+  so no two draws share a key, and the set of keys drawn is the one that as
+  many draws in one thread would give.
 
   Example:
     >>> import brainshard as bs
@@ -93,19 +96,32 @@ class RandomState(State):
 
   def seed(self, seed_or_key: Any) -> None:
     """Restarts the stream from a seed or key (a State write)."""
-    self.value = _as_key(seed_or_key, f"{self._label()}.seed")
+    key = _as_key(seed_or_key, f"{self._label()}.seed")
+    with SLOT_LOCK:  # not between another thread's read and write of the key
+      self.value = key
 
   def split_key(self, n: int | None = None) -> jax.Array:
     """A fresh key (or ``n`` keys), advancing this state.
 
     Inside ``bs.shard_map`` the key differs on every shard.
     """
-    key, sub = jax.random.split(self.value)
-    self.value = key
+    if frame_stack():  # traced: the frame records the read and the write
+      sub = self._advance()
+    else:
+      # Eager draws from several threads must not read the same key.
+      # SLOT_LOCK, not a lock of our own: a top-level bs.jit call that
+      # draws holds it from reading this key until it writes the next one.
+      with SLOT_LOCK:
+        sub = self._advance()
     index = _shard_index()
     if index is not None:
       sub = jax.random.fold_in(sub, index)
     return sub if n is None else jax.random.split(sub, n)
+
+  def _advance(self) -> jax.Array:
+    key, sub = jax.random.split(self.value)
+    self.value = key
+    return sub
 
   def normal(self, loc=0.0, scale=1.0, size: Size = None, dtype=None):
     return normal(loc, scale, size, key=self, dtype=dtype)

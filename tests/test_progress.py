@@ -165,3 +165,90 @@ def test_bar_in_shard_map_manual_over_some_axes():
                  out_specs=P(), axis_names={"x"})(jnp.ones(4))
   assert out.getvalue() == ""
   np.testing.assert_array_equal(v.value, np.full(8, 8.0))
+
+
+# ----------------------------------------------------------------------------
+# arguments: count, and checks at construction
+
+
+def _run(n, bar):
+  bs.for_loop(lambda x: x, jnp.ones(n), pbar=bar)
+  jax.effects_barrier()
+
+
+def test_count_reports_count_times_over_a_long_loop():
+  out = io.StringIO()
+  _run(1000, _bar(out, count=50))
+  counts = _counts(out.getvalue())
+  # opened (0), the first step, then every 1000/50 = 20 steps, closed
+  assert counts == [0, 1] + list(range(20, 1001, 20)) + [1000]
+
+
+def test_count_of_100_over_1000_steps_with_tqdm():
+  pytest.importorskip("tqdm")
+  out = io.StringIO()
+  bar = bs.ProgressBar(count=100, desc="c", file=out, use_tqdm=True,
+                       mininterval=0)
+  _run(1000, bar)
+  text = out.getvalue()
+  assert "c: 100%" in text and "1000/1000" in text
+  shown = {int(m) for m in re.findall(r"(\d+)/1000", text)}
+  assert {10, 500, 990, 1000} <= shown and max(shown) == 1000
+  assert all(n % 10 == 0 or n == 1 for n in shown)
+
+
+def test_count_larger_than_the_loop_reports_every_step():
+  out = io.StringIO()
+  _run(30, _bar(out, count=100))
+  assert _counts(out.getvalue()) == [0] + list(range(1, 31)) + [30]
+
+
+def test_count_that_does_not_divide_the_loop_reports_at_most_count_times():
+  out = io.StringIO()
+  _run(150, _bar(out, count=100))
+  counts = _counts(out.getvalue())
+  reports = counts[2:-1]  # after opening (0) and the first step (1)
+  assert len(reports) <= 100 and reports[-1] == 150
+  assert bs.ProgressBar(count=100).steps_between_reports(150) == 2
+  assert bs.ProgressBar().steps_between_reports(300) == 3  # default count=100
+  assert bs.ProgressBar(freq=7).steps_between_reports(5) == 7
+
+
+def test_unknown_keywords_are_type_errors_naming_them():
+  with pytest.raises(TypeError, match="'cout'"):
+    bs.ProgressBar(cout=10)
+  with pytest.raises(TypeError, match="'print_freq'"):
+    bs.ProgressBar(print_freq=10)
+  with pytest.raises(TypeError, match="total=.*the loop sets"):
+    bs.ProgressBar(total=10)
+  with pytest.raises(TypeError, match="leave is a tqdm option.*use_tqdm=False"):
+    bs.ProgressBar(use_tqdm=False, leave=False)
+  bar = bs.ProgressBar(leave=False, ncols=60, colour="green")  # tqdm options
+  assert bar.tqdm_kwargs == {"leave": False, "ncols": 60, "colour": "green"}
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    ({"freq": 0}, ValueError, "freq must be a positive int, got 0"),
+    ({"freq": -3}, ValueError, "freq"),
+    ({"freq": 2.5}, TypeError, "freq must be a positive int or None, got float"),
+    ({"freq": True}, TypeError, "freq.*bool"),
+    ({"freq": "10"}, TypeError, "freq.*str"),
+    ({"count": 0}, ValueError, "count must be a positive int"),
+    ({"count": 10.0}, TypeError, "count.*float"),
+    ({"freq": 10, "count": 10}, ValueError, "freq .* or count .*not both"),
+    ({"desc": 5}, TypeError, "desc must be a str"),
+    ({"desc": ("{i}", dict)}, TypeError, "desc must be a str"),
+    ({"file": "log.txt"}, TypeError, "file must have a write"),
+    ({"use_tqdm": "yes"}, TypeError, "use_tqdm"),
+])
+def test_bad_values_fail_at_construction(kwargs, error, match):
+  with pytest.raises(error, match=match):
+    bs.ProgressBar(**kwargs)
+
+
+def test_integer_like_arguments_and_equality():
+  assert bs.ProgressBar(freq=np.int64(5)) == bs.ProgressBar(freq=5)
+  assert bs._progress.as_progress_bar(np.int32(5)) == bs.ProgressBar(freq=5)
+  assert bs.ProgressBar(count=5) == bs.ProgressBar(count=5)
+  assert bs.ProgressBar(count=5) != bs.ProgressBar(freq=5)
+  assert repr(bs.ProgressBar(count=5, desc="x")) == "ProgressBar(count=5, desc='x')"

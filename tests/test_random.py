@@ -187,3 +187,85 @@ def test_default_state_in_shard_map_and_split_key():
   keys = np.asarray(bs.shard_map(body, mesh=mesh, in_specs=(),
                                  out_specs=P("x"))())
   assert len({k.tobytes() for k in keys}) == 8
+
+
+# ----------------------------------------------------------------------------
+# threads
+
+
+def _in_threads(n_threads, per_thread, draw):
+  """Runs ``draw()`` ``per_thread`` times in each of ``n_threads`` threads
+  started together; returns every result."""
+  import threading
+  barrier = threading.Barrier(n_threads)
+  results, errors = [], []
+
+  def worker():
+    try:
+      barrier.wait()
+      mine = [draw() for _ in range(per_thread)]
+      results.extend(mine)  # list.extend is atomic under the GIL
+    except BaseException as e:  # pragma: no cover - reported below
+      errors.append(e)
+
+  threads = [threading.Thread(target=worker) for _ in range(n_threads)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  assert not errors, errors
+  return results
+
+
+def _key_bytes(key):
+  return np.asarray(jax.random.key_data(key)).tobytes()
+
+
+def test_threads_drawing_from_one_state_advance_the_key_once_per_draw():
+  n_threads, per_thread = 8, 25
+  rng = bs.RandomState(123)
+  keys = _in_threads(n_threads, per_thread,
+                     lambda: _key_bytes(rng.split_key()))
+  final = _key_bytes(rng.value)
+  ref = bs.RandomState(123)
+  expected = [_key_bytes(ref.split_key()) for _ in keys]
+  assert len(set(keys)) == len(keys)  # no two draws shared a key
+  assert set(keys) == set(expected)   # the same keys as sequential draws
+  assert final == _key_bytes(ref.value)  # advanced once per draw
+
+
+def test_threads_drawing_numbers_from_the_default_state():
+  n_threads, per_thread = 8, 25
+  bs.random.seed(77)
+  draws = _in_threads(n_threads, per_thread,
+                      lambda: np.asarray(bs.random.uniform(size=3)).tobytes())
+  final = _key_bytes(bs.random.default_state().value)
+  bs.random.seed(77)
+  expected = [np.asarray(bs.random.uniform(size=3)).tobytes() for _ in draws]
+  assert len(set(draws)) == len(draws)
+  assert set(draws) == set(expected)
+  assert final == _key_bytes(bs.random.default_state().value)
+
+
+def test_threads_mixing_eager_and_jitted_draws_share_no_key():
+  # A bs.jit call that draws holds the state from reading its key until it
+  # writes the new one back; an eager draw in another thread must not slip
+  # in between (it would reuse the key the jitted call used).
+  rng = bs.RandomState(5)
+  jitted = bs.jit(lambda: jax.random.key_data(rng.split_key()))
+  jitted()  # compile outside the race
+  toggle = iter(range(10 ** 6))
+
+  def draw():
+    if next(toggle) % 2:
+      return np.asarray(jitted()).tobytes()
+    return _key_bytes(rng.split_key())
+
+  rng.seed(5)
+  keys = _in_threads(8, 20, draw)
+  final = _key_bytes(rng.value)
+  ref = bs.RandomState(5)
+  expected = [_key_bytes(ref.split_key()) for _ in keys]
+  assert len(set(keys)) == len(keys)
+  assert set(keys) == set(expected)
+  assert final == _key_bytes(ref.value)

@@ -1,0 +1,53 @@
+"""``python -m benchmarks`` writes its results, report and plot into
+benchmarks/results/ and regenerates the committed docs only with --docs.
+A fake one-row workload stands in for the real (minutes-long) ones."""
+
+import os
+
+import pytest
+
+from benchmarks import _workloads, run
+
+_ROWS = [dict(workload="dispatch", case="N=1", impl=impl, baseline="jax.jit",
+              goal=None, x=1, ratio=r, lo=r, hi=r, best=r, time_s=1e-5 * r,
+              baseline_time_s=1e-5, number=10)
+         for impl, r in (("jax.jit", 1.0), ("brainshard", 1.1))]
+
+
+@pytest.fixture
+def fake_root(tmp_path, monkeypatch):
+  monkeypatch.setattr(run, "_ROOT", str(tmp_path))
+  monkeypatch.setitem(_workloads.WORKLOADS, "dispatch", lambda ctx: list(_ROWS))
+  return tmp_path
+
+
+def _files(path):
+  return sorted(os.listdir(path)) if path.exists() else []
+
+
+def test_default_paths_are_in_the_results_folder():
+  paths = run.output_paths(run.parse_args(["--quick"]), root="/repo")
+  assert paths == dict(json="/repo/benchmarks/results/quick.json",
+                       report="/repo/benchmarks/results/quick.md",
+                       plot="/repo/benchmarks/results/quick_states.png",
+                       docs=None)
+  assert run.output_paths(run.parse_args([]), root="/repo")["report"] == \
+      "/repo/benchmarks/results/full.md"
+  assert run.output_paths(run.parse_args(["--docs"]), root="/repo")["docs"] \
+      == "/repo/docs"
+
+
+def test_quick_run_leaves_the_docs_alone(fake_root):
+  assert run.main(["--quick", "--no-peers", "--only", "dispatch"]) == 0
+  results = fake_root / "benchmarks" / "results"
+  assert _files(results) == ["quick.json", "quick.md", "quick_states.png"]
+  assert "](quick_states.png)" in (results / "quick.md").read_text()
+  assert _files(fake_root / "docs") == []
+
+
+def test_docs_flag_regenerates_the_docs(fake_root):
+  assert run.main(["--quick", "--no-peers", "--only", "dispatch",
+                   "--docs"]) == 0
+  assert _files(fake_root / "docs") == ["benchmarks.md", "benchmarks_states.png"]
+  text = (fake_root / "docs" / "benchmarks.md").read_text()
+  assert "](benchmarks_states.png)" in text and "--docs" in text
