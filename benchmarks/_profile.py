@@ -28,7 +28,7 @@ def _dispatch(n: int):
 
   f = bs.jit(step)
   f()
-  plan = f._core.plan
+  plan = f._core.program
 
   def direct():  # the same jitted program, values threaded by hand
     out, new = plan.j_all(*[s._value for s in plan.cand],
@@ -45,7 +45,7 @@ def _eager(k: int):
   f = model.sharded()
   i_ext = model.i_ext
   f(i_ext)
-  plan = next(iter(f._eager.values())).plan  # one mesh, no axis rules
+  plan = next(iter(f._eager.values())).program  # one mesh, no axis rules
 
   def direct():
     out, new = plan.j_all(*[s._value for s in plan.cand],

@@ -1,19 +1,21 @@
 """brainshard: JAX transforms for plain Python functions that use global States."""
 
-from brainshard._state import (
-    LongTermState, ParamState, ShortTermState, State, StateTraceError)
-from brainshard._stateful import StatefulFunction
-from brainshard._jit import jit
-from brainshard._shard_map import shard_map
-from brainshard._progress import ProgressBar
-from brainshard._loops import for_loop, scan, while_loop
-from brainshard._cond import cond, switch
-from brainshard._random import RandomState
+from brainshard._core.caches import clear_caches
+from brainshard._core.errors import StateTraceError
+from brainshard._core.state import (
+    LongTermState, ParamState, ShortTermState, State)
+from brainshard._core.discovery import StatefulFunction
+from brainshard._transforms.jit import jit
+from brainshard._transforms.shard_map import shard_map
+from brainshard._simulation.progress import ProgressBar
+from brainshard._transforms.loops import for_loop, scan, while_loop
+from brainshard._transforms.cond import cond, switch
+from brainshard._simulation.random import RandomState
 from brainshard import random
-from brainshard._axes import axis_rules, current_axis_rules
-from brainshard._place import ShardedInit, place, resolve_spec, sharded_init
-from brainshard._describe import StateInfo, StateTable, describe, visualize
-from brainshard._multihost import gather, init_distributed
+from brainshard._core.axes import axis_rules, current_axis_rules
+from brainshard._scaleout.place import ShardedInit, place, resolve_spec, sharded_init
+from brainshard._scaleout.describe import StateInfo, StateTable, describe, visualize
+from brainshard._scaleout.multihost import gather, init_distributed
 
 __version__ = "0.1.0"
 
@@ -22,7 +24,7 @@ __all__ = [
     "State", "ParamState", "ShortTermState", "LongTermState",
     "StateTraceError", "RandomState",
     # transforms
-    "StatefulFunction", "jit", "shard_map",
+    "StatefulFunction", "jit", "shard_map", "clear_caches",
     # simulation drivers
     "for_loop", "scan", "while_loop", "cond", "switch", "ProgressBar",
     "random",

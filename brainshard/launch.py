@@ -25,7 +25,7 @@ import threading
 import time
 from typing import NamedTuple, Sequence, TextIO
 
-from brainshard._multihost import (
+from brainshard._scaleout.multihost import (
     ENV_COORDINATOR, ENV_NUM_PROCESSES, ENV_PROCESS_ID)
 
 __all__ = ["launch", "ProcessResult", "LaunchError", "free_port"]

@@ -13,7 +13,7 @@ Example:
   (2, 3)
 """
 
-from brainshard._random import (
+from brainshard._simulation.random import (
     DEFAULT_SEED, RandomState, bernoulli, default_state, normal, poisson,
     randint, seed, split_key, uniform)
 

@@ -8,7 +8,7 @@ import pytest
 from jax.sharding import AxisType
 
 import brainshard as bs
-from brainshard._state import _UNSET, live_states
+from brainshard._core.state import _UNSET, live_states
 
 assert jax.device_count() == 8, "tests need 8 (faked) CPU devices"
 
@@ -35,4 +35,4 @@ def no_tracer_left_in_any_state():
     for leaf in jax.tree.leaves(value):
       assert not isinstance(leaf, jax.core.Tracer), (
           f"{state!r} holds a tracer after the test")
-  assert not bs._state.frame_stack(), "a brainshard frame was left active"
+  assert not bs._core.state.frame_stack(), "a brainshard frame was left active"

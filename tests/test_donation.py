@@ -14,7 +14,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import brainshard as bs
-from brainshard import _donation
+from brainshard._core import donation as _donation
 
 from conftest import make_mesh
 
@@ -289,7 +289,7 @@ def test_shard_map_state_leaving_with_another_spec_is_not_donated():
     warnings.simplefilter("error")  # e.g. "donated buffers were not usable"
     step(1.0)
     step(1.0)
-  plan = next(iter(step._eager.values())).plan
+  plan = next(iter(step._eager.values())).program
   assert plan.cand == () and plan.rest == (v,)
   np.testing.assert_allclose(v.value, 2.0)
 

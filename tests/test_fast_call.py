@@ -1,4 +1,4 @@
-"""The generated per-plan call path (brainshard/_fastcall.py) keeps every
+"""The generated per-plan call path (brainshard/_core/fastcall.py) keeps every
 behaviour of the generic one: placement, pytree states, many states, plan
 growth, errors, and no re-tracing."""
 
@@ -11,7 +11,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import brainshard as bs
-from brainshard import _fastcall
+from brainshard._core import fastcall as _fastcall
 
 from conftest import make_mesh
 

@@ -109,7 +109,7 @@ def test_eager_shard_map_step(axis_type):
   v, count, mapped, pure, i_ext = lif_program(mesh)
   mapped(i_ext)
   mapped(i_ext)
-  plan = next(iter(mapped._eager.values())).plan  # what the eager call runs
+  plan = next(iter(mapped._eager.values())).program  # what the eager call runs
   lowered_bs = plan.j_all.lower(v.value, count.value, [], i_ext)
   assert_same_program(lowered_bs, pure.lower(v.value, count.value, i_ext))
 

@@ -306,7 +306,7 @@ def test_for_loop_under_plain_jax_jit_may_read_but_not_write():
 
 
 def test_eager_cache_does_not_keep_the_function_alive():
-  from brainshard._control import _eager_cache
+  from brainshard._transforms.control import _eager_cache
   s = bs.State(jnp.zeros(()), name="s")
 
   def step(x):

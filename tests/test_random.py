@@ -8,7 +8,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import brainshard as bs
-from brainshard import _random
+from brainshard._simulation import random as _random
 from conftest import make_mesh
 
 

@@ -8,7 +8,7 @@ inside ``jax.shard_map``, so per-shard shapes and varying axes are those of
 the real call.
 
 Called eagerly, the whole thing runs under one cached ``jax.jit`` per mesh
-(see :class:`~brainshard._jit.StatefulJit`), so repeated calls re-run no
+(see :class:`~brainshard._transforms.jit.StatefulJit`), so repeated calls re-run no
 Python and compile nothing new. Called under another brainshard transform, it
 emits ``jax.shard_map`` into that trace.
 """
@@ -21,20 +21,24 @@ from typing import Any, Callable, Hashable, NamedTuple, Sequence
 import jax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from brainshard import _compat
-from brainshard._axes import (
+from brainshard._core import compat
+from brainshard._core.axes import (
     Rules, current_rules, freeze_rules, merged_rules, using_rules)
-from brainshard._args import Call, check_kwarg_specs, split_call, static_args
-from brainshard._jit import ReplayFrame, StatefulJit, gather_values, replay
-from brainshard._placement import Placement, PlacementHint, canonical_spec
-from brainshard._specs import (
-    NO_MATCH, StateSpecs, arg_leaf_specs, check_spec, check_state_specs_arg,
+from brainshard._core.args import Call, StaticArgs, copy_metadata, fun_name
+from brainshard._core.caches import Cache
+from brainshard._core.discovery import discover
+from brainshard._core.frames import (
+    Frame, ReplayFrame, current_signature, gather_values, replay,
+    write_results)
+from brainshard._core.program import StatefulJit
+from brainshard._core.placement import Placement, PlacementHint, canonical_spec
+from brainshard._core.specs import (
+    NO_MATCH, StateSpecs, arg_leaf_specs, check_kwarg_specs, check_spec,
+    check_state_specs_arg,
     explicit_spec, has_explicit_axes, leaf_specs, manual_spec, match_state_spec,
     resolve_state_spec, shard_aval, spec_axes)
-from brainshard._state import (
-    Signature, State, _frames, current_signature,
-    describe_signature, signature, Frame, write_results)
-from brainshard._stateful import _DiscoveryFrame, copy_metadata, fun_name
+from brainshard._core.state import (
+    Signature, State, _frames, describe_signature, signature)
 
 __all__ = ["shard_map", "ShardMappedFunction"]
 
@@ -79,8 +83,11 @@ class ShardMappedFunction:
       raise TypeError(
           "in_specs must be None, a PartitionSpec, or a tuple with one entry "
           f"per positional argument; got {type(in_specs).__name__}.")
-    self.static_argnums, self.static_argnames = static_args(
-        fun, static_argnums, static_argnames)
+    self.name = f"bs.shard_map({fun_name(fun)})"
+    self.static = StaticArgs(fun, static_argnums, static_argnames,
+                             owner=self.name)
+    self.static_argnums = self.static.argnums
+    self.static_argnames = self.static.argnames
     self.kwarg_specs = check_kwarg_specs(kwarg_specs, self.static_argnames)
     self.axis_rules = freeze_rules(axis_rules)
     self.fun = fun
@@ -91,9 +98,8 @@ class ShardMappedFunction:
     self.state_out_specs = state_out_specs
     self.axis_names = frozenset(axis_names)
     self.check_vma = check_vma
-    self.name = f"bs.shard_map({fun_name(fun)})"
-    self._plans: dict[_Signature, _Plan] = {}
-    self._eager: dict[Hashable, StatefulJit] = {}
+    self._plans: Cache = Cache()
+    self._eager: Cache = Cache()
     copy_metadata(self, fun)
 
   def __repr__(self) -> str:
@@ -136,7 +142,7 @@ class ShardMappedFunction:
 
   def _call(self, rules: Rules, args: tuple, kwargs: dict) -> Any:
     mesh = self.mesh if self.mesh is not None else self._resolve_mesh()
-    if _frames.stack or not _compat.at_top_level():
+    if _frames.stack or not compat.at_top_level():
       return self._traced_call(mesh, args, kwargs)
     runner = self._eager.get((mesh, rules))
     if runner is None:
@@ -174,19 +180,15 @@ class ShardMappedFunction:
 
     placement = Placement(self, mesh)
     return StatefulJit(run, self.name, discover=discover,
-                       static_argnums=self.static_argnums,
-                       static_argnames=self.static_argnames,
+                       static=self.static,
                        place=placement.place,
                        place_targets=placement.fast_targets,
                        can_donate=can_donate)
 
   # -- planning -------------------------------------------------------------
 
-  def _split(self, args: tuple, kwargs: dict) -> Call:
-    return split_call(args, kwargs, self.static_argnums, self.static_argnames)
-
   def _plan(self, mesh: Any, args: tuple, kwargs: dict) -> _Plan:
-    return self._plan_call(mesh, self._split(args, kwargs))
+    return self._plan_call(mesh, self.static.split(args, kwargs))
 
   def _plan_call(self, mesh: Any, call: Call) -> _Plan:
     leaves, treedef = jax.tree.flatten((call.args, call.kwargs))
@@ -232,7 +234,7 @@ class ShardMappedFunction:
           f"(axis_names); the other axes are sharded by the compiler and may "
           "not appear in argument specs.")
 
-  def _arg_specs(self, mesh: Any, args: tuple) -> list[list[P]]:
+  def arg_specs(self, mesh: Any, args: tuple) -> list[list[P]]:
     manual = self._manual(mesh)
 
     def infer(x):  # an argument's own layout; under partial manual, its
@@ -286,7 +288,7 @@ class ShardMappedFunction:
     return specs
 
   def _build_plan(self, mesh: Any, call: Call) -> _Plan:
-    arg_specs = self._arg_specs(mesh, call.args)
+    arg_specs = self.arg_specs(mesh, call.args)
     kwarg_specs = self._kwarg_specs(mesh, call.kwargs)
     manual = self._manual(mesh)
     read_specs: dict[int, list[P]] = {}
@@ -315,28 +317,26 @@ class ShardMappedFunction:
 
     def traced(*leaves):
       dyn_args, dyn_kwargs = jax.tree.unflatten(treedef, leaves)
-      # The outer frame turns a state's first read into a new input of this
-      # trace (whole, unsharded); the body closes over it and cuts its block.
-      with _DiscoveryFrame(self.name, _compat.current_trace(), _unsharded):
-        self._map(mesh, body, Call(dyn_args, dyn_kwargs, call.static),
-                  arg_specs, kwarg_specs, [], [], ((), []))
-      return ()
+      # The discovery frame turns a state's first read into a new input of
+      # this trace (whole, unsharded); the body closes over it and cuts out
+      # its block, so per-shard types are those of the real call.
+      self._map(mesh, body, Call(dyn_args, dyn_kwargs, call.static),
+                arg_specs, kwarg_specs, [], [], ((), []))
 
-    leaves, treedef = jax.tree.flatten((call.args, call.kwargs))
+    leaves, treedef = call.flat()
     try:
-      jax.make_jaxpr(traced)(*[
+      discover(traced, [
           jax.ShapeDtypeStruct(jax.typeof(x).shape, jax.typeof(x).dtype)
-          for x in leaves])
+          for x in leaves], self.name, state_signature=_unsharded)
     except (TypeError, ValueError) as e:
       self._explain_replicated_states(e, touched)
       raise
     frame = frames[-1]
-    d = _Found(tuple(frame.input_states()), tuple(frame.written_states()))
+    reads = tuple(frame.input_states())
+    writes = tuple(frame.written_states())
 
-    write_specs = {id(s): out_specs(s, current_signature(s))
-                   for s in d.write_states}
-    return _Plan(d.read_states, d.write_states,
-                 {id(s): read_specs[id(s)] for s in d.read_states},
+    write_specs = {id(s): out_specs(s, current_signature(s)) for s in writes}
+    return _Plan(reads, writes, {id(s): read_specs[id(s)] for s in reads},
                  write_specs, arg_specs, kwarg_specs)
 
   def _explain_replicated_states(self, e: Exception,
@@ -367,7 +367,7 @@ class ShardMappedFunction:
   # -- the traced call ------------------------------------------------------
 
   def _traced_call(self, mesh: Any, args: tuple, kwargs: dict) -> Any:
-    call = self._split(args, kwargs)
+    call = self.static.split(args, kwargs)
     plan = self._plan_call(mesh, call)
     if _frames.stack and isinstance(mesh, jax.sharding.Mesh):
       self._hint_placements(mesh, plan)
@@ -461,7 +461,7 @@ class ShardMappedFunction:
     manual = set(self._manual_axes(mesh))
     for s, v in zip(plan.writes, new_vals):
       for spec, x in zip(plan.write_specs[id(s)], jax.tree.leaves(v)):
-        varying = _compat.varying_axes(jax.typeof(x)) & manual
+        varying = compat.varying_axes(jax.typeof(x)) & manual
         missing = varying - set(spec_axes(spec))
         if missing:
           axis = sorted(missing)[0]
@@ -482,7 +482,7 @@ class _ShardFrame(ReplayFrame):
   States have per-shard shapes here, also the ones that are written without
   being read first. ``manual_axes`` (``(axis name, size)`` per manual mesh
   axis) lets code that must act per shard (random draws, progress reports)
-  find the shard_map bodies it runs in (see ``brainshard._control``).
+  find the shard_map bodies it runs in (see ``brainshard._transforms.control``).
   """
 
   def __init__(self, name: str, mesh: Any, plan: _Plan,
@@ -508,15 +508,10 @@ class _ShardFrame(ReplayFrame):
     return _shard_signature(outer, specs, self.mesh, self._manual)
 
 
-class _Found(NamedTuple):
-  read_states: tuple[State, ...]
-  write_states: tuple[State, ...]
-
-
 def _unsharded(state: State, sig: Signature) -> Signature:
   """A state's whole value as a plain aval (no Explicit sharding type)."""
   treedef, avals = sig
-  return treedef, tuple(jax.core.ShapedArray(a.shape, a.dtype) for a in avals)
+  return treedef, tuple(compat.ShapedArray(a.shape, a.dtype) for a in avals)
 
 
 def _local_block(x: Any, spec: P, mesh: Any) -> Any:

@@ -12,10 +12,12 @@ from typing import Any, Callable, Mapping, Sequence
 import jax
 from jax.sharding import AxisType, PartitionSpec as P
 
-from brainshard._axes import logical_spec
-from brainshard._state import State, describe_value
+from brainshard._core import compat
+from brainshard._core.axes import logical_spec
+from brainshard._core.state import State, describe_value
 
 __all__ = [
+    "check_kwarg_specs",
     "StateSpecs", "check_state_specs_arg", "resolve_state_spec",
     "leaf_specs", "check_spec", "shard_aval", "arg_leaf_specs", "manual_spec",
     "match_state_spec", "NO_MATCH", "explicit_spec", "has_explicit_axes",
@@ -187,7 +189,7 @@ def check_spec(spec: P, shape: Sequence[int], mesh: Any, owner: str) -> None:
           f"that spec {spec} splits it over.")
 
 
-def shard_aval(aval: Any, spec: P, mesh: Any) -> jax.core.ShapedArray:
+def shard_aval(aval: Any, spec: P, mesh: Any) -> compat.ShapedArray:
   """The per-shard aval of a global ``aval`` split by ``spec`` on ``mesh``."""
   sizes = dict(mesh.shape)
   shape = list(aval.shape)
@@ -196,7 +198,7 @@ def shard_aval(aval: Any, spec: P, mesh: Any) -> jax.core.ShapedArray:
       continue
     axes = entry if isinstance(entry, tuple) else (entry,)
     shape[dim] //= math.prod(sizes[a] for a in axes)
-  return jax.core.ShapedArray(tuple(shape), aval.dtype)
+  return compat.ShapedArray(tuple(shape), aval.dtype)
 
 
 def explicit_spec(aval: Any, mesh: Any) -> P | None:
@@ -239,3 +241,20 @@ def arg_leaf_specs(in_specs: Any, args: Sequence[Any],
 
 def has_explicit_axes(mesh: Any) -> bool:
   return any(t == AxisType.Explicit for t in mesh.axis_types)
+
+
+def check_kwarg_specs(kwarg_specs: Any, static_argnames: tuple) -> dict:
+  """Validates ``kwarg_specs`` ({name: spec pytree prefix}) up front."""
+  if kwarg_specs is None:
+    return {}
+  if not isinstance(kwarg_specs, dict) or not all(
+      isinstance(k, str) for k in kwarg_specs):
+    raise TypeError(
+        "kwarg_specs must be a dict {keyword argument name: PartitionSpec or "
+        f"spec pytree prefix}}; got {kwarg_specs!r}.")
+  static = sorted(set(kwarg_specs) & set(static_argnames))
+  if static:
+    raise ValueError(
+        f"kwarg_specs names {static[0]!r}, which is a static argument; static "
+        "arguments are Python values and take no spec.")
+  return dict(kwarg_specs)

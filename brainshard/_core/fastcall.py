@@ -1,16 +1,16 @@
-"""A per-plan call function, generated as Python source.
+"""A per-program call function, generated as Python source.
 
-For a plan with a few states, the generic call path's list building,
+For a program with a few states, the generic call path's list building,
 ``map``/``zip`` iteration and star-argument packing cost more than the rest
 of brainshard's work per call (measured: about 3 us of a 10 us dispatch on a
-2-core machine). Knowing the states up front, a plan can instead run a
+2-core machine). Knowing the states up front, a program can instead run a
 straight-line function: read each state's slot into a local, check each
 candidate's reference count, call the jitted program with the values as
 positional arguments, unpack the results straight into the slots. This is
 how ``dataclasses`` and ``attrs`` make their ``__init__``: generate the
 code once, run it many times.
 
-The generated function falls back to the plan's generic path for anything
+The generated function falls back to the program's generic path for anything
 unusual: a frame on the stack or a foreign JAX trace (nested calls), or a
 candidate whose value is not a bare jax.Array held only by its State
 (pytree values, a reference kept by the user).
@@ -21,8 +21,9 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable
 
-from brainshard import _compat, _donation
-from brainshard._state import SLOT_LOCK, _frames
+from brainshard._core import compat, donation
+from brainshard._core.errors import Rediscover
+from brainshard._core.state import SLOT_LOCK, _frames
 
 __all__ = ["MAX_STATES", "make_entry"]
 
@@ -31,91 +32,86 @@ __all__ = ["MAX_STATES", "make_entry"]
 MAX_STATES = 256
 
 
-def make_entry(plan: Any, jitted: Any, generic: Callable, nested: Callable,
-               on_type_error: Callable, retry: Callable,
-               rediscover: type) -> Callable:
-  """``entry(*args, **kwargs)``: a call of ``plan``'s program, specialised
-  to its states when they are few (else a thin wrapper of ``generic``).
+def make_entry(program: Any) -> Callable:
+  """``entry(*args, **kwargs)``: a call of ``program``, specialised to its
+  states when they are few (else a thin wrapper of ``program.call``).
 
-  Args:
-    plan: a ``_Plan`` (``cand``, ``rest``, ``writes``, ``check_refs``,
-      ``place``, ``place_targets``).
-    jitted: the program to call when every candidate may be donated (or
-      when no reference check applies).
-    generic: ``(args, kwargs)``: the generic top-level call.
-    nested: ``(args, kwargs)``: the call under a frame or a foreign trace.
-    on_type_error: raises the State's own error if a read state is unset.
-    retry: ``(err, args, kwargs)``: re-plans after a trace found new states
-      (``rediscover`` is that exception's type) and calls again.
+  The generated code is the top-level case of ``Program.call`` written out
+  for these states; anything else (a frame on the stack, a foreign trace,
+  a value that may not be donated or is not placed right) calls
+  ``program.call``. A trace that finds new states raises ``Rediscover``,
+  which re-plans (``owner.retry``) and calls again.
   """
   ns: dict[str, Any] = dict(
-      _frames=_frames, _top=_compat.at_top_level, _rc=sys.getrefcount,
-      _SOLE=_donation.SOLE_LOCAL, _Array=_compat.ArrayImpl, _jitted=jitted,
-      _generic=generic, _nested=nested, _on_type_error=on_type_error,
-      _retry=retry, _Rediscover=rediscover, _LOCK=SLOT_LOCK)
+      _frames=_frames, _top=compat.at_top_level, _rc=sys.getrefcount,
+      _SOLE=donation.SOLE_LOCAL, _Array=compat.ArrayImpl,
+      _jitted=program.j_all, _generic=program.call,
+      _on_type_error=program.on_type_error, _retry=program.owner.retry,
+      _Rediscover=Rediscover, _LOCK=SLOT_LOCK)
   lines = ["def entry(*args, **kwargs):", "  try:"]
-  if max(len(plan.reads), len(plan.writes)) > MAX_STATES:
+  if max(len(program.reads), len(program.writes)) > MAX_STATES:
     lines += ["    return _generic(args, kwargs)"]
   else:
-    lines += ["    " + line for line in _body(plan, ns)]
+    lines += ["    " + line for line in _body(program, ns)]
   lines += ["  except _Rediscover as err:",
             "    return _retry(err, args, kwargs)"]
-  exec(compile("\n".join(lines), f"<brainshard call {plan.core.name}>", "exec"),
-       ns)
+  code = compile("\n".join(lines), f"<brainshard call {program.owner.name}>",
+                 "exec")
+  exec(code, ns)
   return ns["entry"]
 
 
-def _body(plan: Any, ns: dict) -> list[str]:
-  cand = [f"c{i}" for i in range(len(plan.cand))]
-  rest = [f"r{i}" for i in range(len(plan.rest))]
-  for i, s in enumerate(plan.cand):
+def _body(program: Any, ns: dict) -> list[str]:
+  cand = [f"c{i}" for i in range(len(program.cand))]
+  rest = [f"r{i}" for i in range(len(program.rest))]
+  for i, s in enumerate(program.cand):
     ns[f"C{i}"] = s
-  for i, s in enumerate(plan.rest):
+  for i, s in enumerate(program.rest):
     ns[f"R{i}"] = s
-  for i, s in enumerate(plan.writes):
+  for i, s in enumerate(program.writes):
     ns[f"W{i}"] = s
   head = ["if _frames.stack or not _top():",
-          "  return _nested(args, kwargs)",
+          "  return _generic(args, kwargs)",
           "with _LOCK:"]  # see SLOT_LOCK in _state.py
   lines = [f"c{i} = C{i}._value" for i in range(len(cand))]
   lines += [f"r{i} = R{i}._value" for i in range(len(rest))]
-  if plan.check_refs and cand:
+  if program.check_refs and cand:
     test = " or ".join(f"_rc(c{i}) != _SOLE or type(c{i}) is not _Array"
                        for i in range(len(cand)))
     lines += [f"if {test}:",
               f"  del {', '.join(cand)}",  # our references would count
               "  return _generic(args, kwargs)"]
   call_args = ", ".join(cand + [f"[{', '.join(rest)}]", "*args"])
-  fast = plan.place_targets(plan) if plan.place is not None else None
-  if plan.place is not None and fast is not None:
-    lines += _placement_checks(plan, fast, ns, cand + rest)
+  fast = program.place_targets(program) if program.place is not None else None
+  if program.place is not None and fast is not None:
+    lines += _placement_checks(program, fast, ns, cand + rest)
   lines += ["try:"]
-  if plan.place is None or fast is not None:
+  if program.place is None or fast is not None:
     lines += [f"  out, new = _jitted({call_args}, **kwargs)"]
   else:
-    ns.update(_place=plan.place, _plan=plan)
-    lines += [f"  cl, rl, args, kwargs = _place(_plan, [{', '.join(cand)}], "
+    ns.update(_place=program.place, _program=program)
+    lines += [f"  cl, rl, args, kwargs = _place(_program, [{', '.join(cand)}], "
               f"[{', '.join(rest)}], args, kwargs)",
               "  out, new = _jitted(*cl, rl, *args, **kwargs)"]
   lines += ["except TypeError:",
             "  _on_type_error()",
             "  raise"]
-  if plan.writes:
-    targets = ", ".join(f"W{i}._value" for i in range(len(plan.writes)))
+  if program.writes:
+    targets = ", ".join(f"W{i}._value" for i in range(len(program.writes)))
     lines += [f"{targets}, = new",
-              " = ".join(f"W{i}._sig" for i in range(len(plan.writes)))
+              " = ".join(f"W{i}._sig" for i in range(len(program.writes)))
               + " = None"]
   lines += ["return out"]
   return head + ["  " + line for line in lines]
 
 
-def _placement_checks(plan: Any, fast: tuple, ns: dict,
+def _placement_checks(program: Any, fast: tuple, ns: dict,
                       local_names: list[str]) -> list[str]:
   """Inline "already placed right?" checks; anything else takes the generic
   path, which places (device_put) what needs it.
 
   ``fast`` is ``(state_targets, arg_targets, place_args)``: one target
-  sharding per state of ``plan.reads``; for positional arguments either one
+  sharding per state of ``program.reads``; for positional arguments either one
   target for all, or None and a ``place_args(args) -> args`` function.
   """
   state_targets, arg_target, place_args = fast

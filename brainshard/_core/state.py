@@ -1,4 +1,4 @@
-"""State objects and the per-thread stack of brainshard trace frames.
+"""State objects, their global slots, and the per-thread stack of frames.
 
 A ``State`` holds a pytree of arrays in one global slot, ``_value``, that only
 ever contains concrete arrays. While a brainshard transform traces a
@@ -16,21 +16,18 @@ import re
 import sys
 import threading
 import weakref
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
 
-from brainshard import _compat
+from brainshard._core import compat
+from brainshard._core.errors import StateTraceError
 
 __all__ = [
     "State", "ParamState", "ShortTermState", "LongTermState",
     "StateTraceError",
 ]
-
-
-class StateTraceError(RuntimeError):
-  """A State was used in a way that would leak a tracer or a dead value."""
 
 
 _live_states: "weakref.WeakSet[State]" = weakref.WeakSet()
@@ -78,7 +75,7 @@ def _aval_short(aval: Any) -> str:
   return re.sub(r"\{V:[^}]*\}", "", aval.str_short())
 
 
-def _to_array(x: Any, owner: str) -> Any:
+def to_array(x: Any, owner: str) -> Any:
   if not isinstance(x, jax.Array):
     try:
       x = jnp.asarray(x)
@@ -98,11 +95,7 @@ def _strong(x: Any) -> Any:
 
 
 def _canonical(value: Any, owner: str) -> Any:
-  return jax.tree.map(lambda x: _strong(_to_array(x, owner)), value)
-
-
-def _has_tracer(value: Any) -> bool:
-  return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(value))
+  return jax.tree.map(lambda x: _strong(to_array(x, owner)), value)
 
 
 # ----------------------------------------------------------------------------
@@ -133,191 +126,6 @@ def frame_stack() -> list["Frame"]:
 def current_frame() -> "Frame | None":
   stack = _frames.stack
   return stack[-1] if stack else None
-
-
-class _Slot:
-  """What one frame knows about one State."""
-  __slots__ = ("state", "value", "sig", "is_input", "written", "created")
-
-  def __init__(self, state, value, sig, *, is_input=False, created=False):
-    self.state = state
-    self.value = value
-    self.sig = sig
-    self.is_input = is_input
-    self.written = False
-    self.created = created
-
-
-class Frame:
-  """One level of brainshard tracing: holds the traced values of States.
-
-  A frame answers reads and writes of ``state.value`` while its transform
-  traces the user function. It records, in first-touch order, which states
-  were read before being written (the transform's *inputs*) and which were
-  written (its *outputs*). Subclasses decide what a state's value is on its
-  first read inside the frame (:meth:`first_read`) and how an outer aval maps
-  to an inner one (:meth:`inner_signature`, e.g. per-shard for shard_map).
-  """
-
-  def __init__(self, name: str):
-    self.name = name
-    self.slots: dict[int, _Slot] = {}
-    self.parent: Frame | None = None
-    self._trace = None
-    self._trace_state = None
-    self._foreign_reads = False  # a State read under a JAX transform in it
-
-  # -- lifetime -------------------------------------------------------------
-
-  def __enter__(self) -> "Frame":
-    stack = _frames.stack
-    self.parent = stack[-1] if stack else None
-    self._trace = _compat.current_trace()
-    self._trace_state = _compat.get_opaque_trace_state()
-    stack.append(self)
-    return self
-
-  def __exit__(self, *exc) -> None:
-    stack = _frames.stack
-    assert stack and stack[-1] is self, "brainshard frame stack corrupted"
-    stack.pop()
-    if self._foreign_reads:  # see _compat.forget_staged_closures
-      _compat.forget_staged_closures()
-
-  # -- hooks ----------------------------------------------------------------
-
-  def first_read(self, state: "State", outer_value: Any) -> Any:
-    """The value of ``state`` inside this frame, given its value outside."""
-    return outer_value
-
-  def inner_signature(self, state: "State", outer_sig: Signature) -> Signature:
-    """The signature ``state`` has inside this frame, given it outside."""
-    return outer_sig
-
-  def write_signature(self, state: "State") -> Signature:
-    """The signature a write of ``state`` in this frame must have (per shard
-    in shard_map, where a state may leave with another spec than it came
-    in with)."""
-    return self.signature_of(state)
-
-  def hint_placement(self, state: "State", hint: Any) -> None:
-    """Passes where a ``shard_map`` reads and leaves ``state`` (a
-    :class:`~brainshard._placement.PlacementHint`) up to the discoveries
-    that will compile the program around it."""
-    if self.parent is not None:
-      self.parent.hint_placement(state, hint)
-
-  # -- the recording path ---------------------------------------------------
-
-  def inject(self, state: "State", value: Any) -> None:
-    """Makes ``value`` the state's input value in this frame."""
-    self.slots[id(state)] = _Slot(state, value, signature(value), is_input=True)
-
-  def adopt(self, state: "State", value: Any) -> None:
-    """Registers a State created while this frame is active."""
-    self.slots[id(state)] = _Slot(state, value, signature(value), created=True)
-
-  def read(self, state: "State") -> Any:
-    """``state.value`` as the function being traced in this frame sees it."""
-    value = self.lookup(state)
-    if _compat.get_opaque_trace_state() != self._trace_state:
-      # Read under a JAX transform nested in this frame, which may cache
-      # the value it closes over past this frame's trace.
-      for frame in _frames.stack:
-        frame._foreign_reads = True
-    return value
-
-  def lookup(self, state: "State") -> Any:
-    """The state's value in this frame, made on first use."""
-    slot = self.slots.get(id(state))
-    if slot is None:
-      # The first read may come from a transform nested in this frame (a
-      # bs.jit inside a shard_map body): the value belongs to this frame's
-      # trace, or the nested trace would capture it and keep it.
-      with _compat.under_trace(self._trace):
-        outer = self.parent.lookup(state) if self.parent else state._global_value()
-        value = self.first_read(state, outer)
-      slot = self.slots[id(state)] = _Slot(
-          state, value, signature(value), is_input=True)
-    return slot.value
-
-  def signature_of(self, state: "State") -> Signature:
-    slot = self.slots.get(id(state))
-    if slot is not None:
-      return slot.sig
-    outer = (self.parent.signature_of(state) if self.parent
-             else state._global_signature())
-    return self.inner_signature(state, outer)
-
-  def write(self, state: "State", value: Any) -> None:
-    if _compat.get_opaque_trace_state() != self._trace_state:
-      raise StateTraceError(
-          f"{state._label()} was written inside a JAX transform that "
-          f"brainshard does not manage (such as jax.jit, jax.vmap, "
-          f"jax.lax.scan or jax.lax.cond) nested in {self.name}. The write "
-          "would leave a tracer in the State. Write states only directly "
-          "under brainshard transforms (bs.jit, bs.shard_map, ...), or return "
-          "the value from the inner JAX transform and write it outside.")
-    ref = self.write_signature(state)
-    value = _conform(state, value, ref, self.name)
-    slot = self.slots.get(id(state))
-    if slot is None:
-      slot = self.slots[id(state)] = _Slot(state, value, ref)
-    slot.value = value
-    slot.sig = ref
-    slot.written = True
-
-  def restore(self, state: "State", value: Any) -> None:
-    """Sets the state's value in this frame without recording a write."""
-    slot = self.slots.get(id(state))
-    if slot is None:
-      self.inject(state, value)
-    else:
-      slot.value = value
-
-  # -- results --------------------------------------------------------------
-
-  def touched_states(self) -> list["State"]:
-    return [s.state for s in self.slots.values() if not s.created]
-
-  def input_states(self) -> list["State"]:
-    return [s.state for s in self.slots.values() if s.is_input and not s.created]
-
-  def written_states(self) -> list["State"]:
-    return [s.state for s in self.slots.values() if s.written and not s.created]
-
-  def value_of(self, state: "State") -> Any:
-    return self.slots[id(state)].value
-
-
-def _conform(state: "State", value: Any, ref: Signature, where: str) -> Any:
-  """Checks a traced write keeps the state's structure, shapes and dtypes."""
-  ref_tree, ref_avals = ref
-  owner = f"{where}: {state._label()}"
-  leaves, tree = jax.tree.flatten(value)
-  if tree != ref_tree:
-    raise ValueError(
-        f"{owner} holds {describe_signature(ref)} but was written with "
-        f"{describe_value(value)}: the pytree structure differs. Inside a "
-        "transform a write must keep the state's structure, shape and dtype.")
-  out = []
-  for x, aval in zip(leaves, ref_avals):
-    x = _to_array(x, owner)
-    x_aval = jax.typeof(x)
-    if x_aval.dtype != aval.dtype and x_aval.weak_type and (
-        jax.dtypes.result_type(aval.dtype, x) == aval.dtype):
-      x = jax.lax.convert_element_type(x, aval.dtype)
-      x_aval = jax.typeof(x)
-    elif x_aval.weak_type:
-      x = jax.lax.convert_element_type(x, x_aval.dtype)
-    if x_aval.shape != aval.shape or x_aval.dtype != aval.dtype:
-      raise ValueError(
-          f"{owner} holds {describe_signature(ref)} but was written with "
-          f"{describe_value(value)}. Inside a transform a write must keep the "
-          "state's structure, shape and dtype: reshape or cast the value, or "
-          "give the state its new shape outside the transform.")
-    out.append(x)
-  return jax.tree.unflatten(tree, out)
 
 
 # ----------------------------------------------------------------------------
@@ -379,7 +187,7 @@ class State:
     self._value = _UNSET
     frame = current_frame()
     if frame is not None:
-      value = jax.tree.map(lambda x: _to_array(x, "State(...)"), value)
+      value = jax.tree.map(lambda x: to_array(x, "State(...)"), value)
       self._sig = signature(value)
       self._created_in = frame.name
       frame.adopt(self, value)
@@ -474,7 +282,7 @@ class State:
     return self._sig
 
   def _checked_top_level(self, value: Any, action: str) -> Any:
-    if not _compat.at_top_level() or _has_tracer(value):
+    if not compat.at_top_level() or compat.is_traced(value):
       raise StateTraceError(
           f"{self._label()} was {action} under a JAX transform that "
           "brainshard does not manage (such as jax.jit, jax.vmap or "
@@ -503,38 +311,16 @@ class LongTermState(State):
   """Slow-changing state kept across runs, e.g. running statistics."""
 
 
+def store(states: Sequence[State], values: Sequence[Any]) -> None:
+  """Puts concrete results into the states' global slots (top level only;
+  the generated call of _core/fastcall.py inlines the same two writes)."""
+  for state, value in zip(states, values, strict=True):
+    state._value = value
+    state._sig = None
+
+
 def live_states() -> Iterator[State]:
   """Every State alive in this process (for leak checks in tests)."""
   return iter(list(_live_states))
 
 
-def write_results(states: list[State], values: list[Any], where: str) -> None:
-  """Writes a transform's results through the recording path.
-
-  Under an enclosing brainshard frame each write is recorded there, so the
-  outer transform threads it. At top level the values replace the global
-  ones; if they are traced, the transform ran under a foreign JAX transform
-  and the write is refused (nothing is written).
-  """
-  stack = _frames.stack
-  if stack:
-    for state, value in zip(states, values):
-      stack[-1].write(state, value)
-    return
-  if states and not _compat.at_top_level():
-    raise StateTraceError(
-          f"{where} writes {states[0]._label()}, but it was called under a JAX "
-          "transform that brainshard does not manage (such as jax.jit, "
-          "jax.vmap or jax.grad), so the State would keep a tracer. Use "
-          "brainshard transforms at every level (bs.jit instead of jax.jit).")
-  for state, value in zip(states, values):
-    state._value = value
-    state._sig = None
-
-
-def current_signature(state: State) -> Signature:
-  """The state's signature as the innermost frame (or top level) sees it."""
-  stack = _frames.stack
-  if stack:
-    return stack[-1].signature_of(state)
-  return state._global_signature()

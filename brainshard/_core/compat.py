@@ -1,9 +1,29 @@
-"""The two JAX internals brainshard relies on, kept in one place.
+"""Every JAX internal brainshard uses, and nothing else.
 
-Discovery turns a State's value into a jaxpr *input* the first time it is
-read, in the middle of a trace. JAX has no public API for adding an input to
-a trace in flight, so this module reaches into ``jax._src`` for exactly that
-and nothing else; if a JAX upgrade moves these names, only this file changes.
+No other module imports ``jax._src``, ``jax.extend`` or ``jax.core``; if a JAX
+upgrade moves a name, only this file changes (``tests/test_compat.py``
+fails naming the missing symbol). The internals, what each is for, and the
+public API that would replace it:
+
+=============================================  ===============================================  ===========================
+internal                                       used for                                         public replacement
+=============================================  ===============================================  ===========================
+``jax._src.core.trace_ctx`` /                  the active trace (:func:`current_trace`,          none
+``trace_state_strong_ref`` / ``eval_trace``    :func:`at_top_level`, on every call's path)
+``jax._src.core.set_current_trace``            computing a frame's value under its own trace    none
+                                               (:func:`under_trace`, :func:`eager`)
+``DynamicJaxprTrace.new_arg``                  a new jaxpr input mid-trace: discovery turns a   none (the reason for the pin)
+                                               State's first read into an input
+``jax._src.source_info_util.current``          source info for that input                       none
+``jax._src.core.mapped_leading_aval``          one scan step's aval, keeping sharding and vma   ``jax.typeof(x[0])`` on a value
+``jax._src.array.ArrayImpl``                   the exact array type the donation rule vouches   ``jax.Array`` (an ABC: too wide)
+                                               for, checked by identity on the fast path
+``jax._src.util.clear_all_caches``             dropping JAX's staging caches after a State was  ``jax.clear_caches`` (also
+                                               read under ``jax.jit`` inside a brainshard trace  drops executables)
+``jax.extend.core.get_opaque_trace_state``     telling a foreign JAX transform from ours        (jax.extend, semi-public)
+``jax.extend.core.jaxpr_as_fun``               evaluating a discovery's jaxpr without Python    ``jax.core.eval_jaxpr``
+``jax.core.Tracer``, ``jax.core.ShapedArray``  is-this-traced checks; per-shard avals           (public, re-exported here)
+=============================================  ===============================================  ===========================
 """
 
 from __future__ import annotations
@@ -15,9 +35,12 @@ from jax._src import source_info_util as _source_info
 from jax._src import util as _util
 from jax._src.array import ArrayImpl
 
-from jax.extend.core import get_opaque_trace_state
+from jax import tree_util as _tree_util
+from jax.core import ShapedArray, Tracer
+from jax.extend.core import get_opaque_trace_state, jaxpr_as_fun
 
-__all__ = ["at_top_level", "current_trace", "new_trace_input",
+__all__ = ["at_top_level", "current_trace", "new_trace_input", "jaxpr_as_fun",
+           "Tracer", "ShapedArray", "is_traced", "varying_axes",
             "get_opaque_trace_state", "step_aval", "eager", "under_trace",
            "forget_staged_closures",
            "ArrayImpl"]
@@ -37,6 +60,14 @@ else:  # pragma: no cover - older/newer JAX without the slot
   def at_top_level() -> bool:
     """True when no JAX transform is tracing on this thread (eager mode)."""
     return _core.trace_ctx.trace is _core.eval_trace
+
+
+_tree_leaves = _tree_util.tree_leaves
+
+
+def is_traced(value: Any) -> bool:
+  """Whether any leaf of a pytree is a tracer."""
+  return any(isinstance(x, Tracer) for x in _tree_leaves(value))
 
 
 def current_trace() -> Any:

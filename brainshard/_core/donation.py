@@ -43,7 +43,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Sequence
 
-from brainshard._compat import ArrayImpl
+from brainshard._core.compat import ArrayImpl
 
 __all__ = ["SOLE", "SOLE_LOCAL", "AUTO_SUPPORTED", "ARRAY_TYPES", "sole_mask", "sole_tree"]
 

@@ -21,8 +21,8 @@ from typing import Any, IO
 import jax
 import jax.numpy as jnp
 
-from brainshard._control import manual_axes
-from brainshard._state import frame_stack
+from brainshard._core.frames import manual_axes
+from brainshard._core.state import frame_stack
 
 __all__ = ["ProgressBar", "as_progress_bar"]
 

@@ -5,7 +5,7 @@ inputs (the states' values and the arguments) must arrive with the
 shardings the program was compiled for. In the steady state they already do
 (the states hold the previous call's outputs), so the check must cost next
 to nothing: targets are precomputed per plan, and the generated call
-(_fastcall.py) compares shardings inline, coming here only to move what is
+(_core/fastcall.py) compares shardings inline, coming here only to move what is
 not placed right.
 """
 
@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 import jax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from brainshard._compat import ArrayImpl
-from brainshard._specs import (
+from brainshard._core.compat import ArrayImpl
+from brainshard._core.specs import (
     arg_leaf_specs, check_spec, has_explicit_axes, leaf_specs,
     resolve_state_spec)
-from brainshard._state import State
+from brainshard._core.state import State
 
 if TYPE_CHECKING:
-  from brainshard._shard_map import ShardMappedFunction
+  from brainshard._transforms.shard_map import ShardMappedFunction
 
 __all__ = ["Placement", "PlacementHint", "HintedPlacement", "canonical_spec",
            "same_placement"]
@@ -135,13 +135,13 @@ class Placement:
 
   def _arg_specs(self, args: tuple) -> list[list[P]]:
     if self.owner.in_specs is None:  # follows the arguments' own shardings
-      return self.owner._arg_specs(self.mesh, args)
+      return self.owner.arg_specs(self.mesh, args)
     return arg_leaf_specs(self.owner.in_specs, args, None)
 
   def _place_args(self, args: tuple) -> tuple:
     """Places the positional arguments; static ones stay Python values."""
     if self.owner.static_argnums or self.owner.static_argnames:
-      call = self.owner._split(args, {})
+      call = self.owner.static.split(args, {})
       static = dict(call.static[0])
       placed = iter(self._place_dynamic(tuple(call.args)))
       return tuple(static[i] if i in static else next(placed)

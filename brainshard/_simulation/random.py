@@ -23,9 +23,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from brainshard import _compat
-from brainshard._control import manual_axes
-from brainshard._state import SLOT_LOCK, State, frame_stack
+from brainshard._core import compat
+from brainshard._core.frames import manual_axes
+from brainshard._core.state import SLOT_LOCK, State, frame_stack
 
 __all__ = [
     "RandomState", "default_state", "seed", "split_key", "normal", "uniform",
@@ -171,7 +171,7 @@ def _make_default() -> RandomState:
   saved = stack[:]
   del stack[:]
   try:
-    with _compat.eager():
+    with compat.eager():
       return RandomState(DEFAULT_SEED, name="default")
   finally:
     stack[:] = saved

@@ -13,12 +13,11 @@ from typing import Any, Callable, Sequence
 
 import jax
 
-from brainshard._control import (
-    avals_of, cast_varying, discover, eager_call, is_eager, join_vma,
-    run_body, union, vma_tree)
-from brainshard._jit import gather_values
-from brainshard._state import write_results
-from brainshard._stateful import fun_name
+from brainshard._core.args import fun_name
+from brainshard._core.frames import gather_values, union, write_results
+from brainshard._transforms.control import (
+    avals_of, cast_varying, discover_body, eager_call, is_eager, join_vma,
+    run_body, vma_tree)
 
 __all__ = ["cond", "switch"]
 
@@ -26,10 +25,10 @@ __all__ = ["cond", "switch"]
 def _branches_traced(select: Callable, branches: Sequence[Callable],
                      operands: tuple, name: str) -> Any:
   op_avals = avals_of(operands)
-  found = [discover(b, op_avals, f"{name} branch {i}")
+  found = [discover_body(b, op_avals, f"{name} branch {i}")
            for i, b in enumerate(branches)]
-  writes = union(*(t.writes for t in found))
-  reads = union(*(t.reads for t in found), writes)
+  writes = union(*(t.write_states for t in found))
+  reads = union(*(t.read_states for t in found), writes)
   values = gather_values(reads, name)
   inputs = list(zip(reads, values))
   axes = _joined_axes(found, writes, dict(zip(map(id, reads), values)))
@@ -54,8 +53,8 @@ def _joined_axes(found, writes, values_by_id) -> Any:
   the branches' output structures differ (``lax.cond`` reports that)."""
   trees = []
   for t in found:
-    written = dict(zip(map(id, t.writes), t.written))
-    trees.append(vma_tree((t.out, [
+    written = dict(zip(map(id, t.write_states), t.out_avals[1]))
+    trees.append(vma_tree((t.out_avals[0], [
         written.get(id(s), avals_of(values_by_id[id(s)])) for s in writes])))
   if any(jax.tree.structure(t) != jax.tree.structure(trees[0])
          for t in trees):

@@ -23,7 +23,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from brainshard._state import State
+from brainshard._core.state import State
 
 __all__ = ["gather", "init_distributed", "put_global", "put_process_local"]
 

@@ -8,8 +8,8 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from brainshard._place import states_in
-from brainshard._state import State
+from brainshard._scaleout.place import states_in
+from brainshard._core.state import State
 
 __all__ = ["describe", "visualize", "StateInfo", "StateTable"]
 

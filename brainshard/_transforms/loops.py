@@ -2,7 +2,7 @@
 
 The States a loop body writes become part of the ``lax.scan`` /
 ``lax.while_loop`` carry; States it only reads are closed over (loop
-invariants). See :mod:`brainshard._control` for the shared mechanism.
+invariants). See :mod:`brainshard._transforms.control` for the shared mechanism.
 """
 
 from __future__ import annotations
@@ -13,14 +13,15 @@ from typing import Any, Callable, Sequence
 import jax
 import jax.numpy as jnp
 
-from brainshard import _compat
-from brainshard._control import (
-    Touched, avals_of, cast_varying, discover, eager_call, is_eager,
-    join_vma, run_body, vma_tree)
-from brainshard._jit import gather_values
-from brainshard._progress import ProgressBar, as_progress_bar
-from brainshard._state import State, write_results
-from brainshard._stateful import fun_name
+from brainshard._core import compat
+from brainshard._core.args import fun_name
+from brainshard._core.discovery import Discovery
+from brainshard._core.frames import gather_values, write_results
+from brainshard._core.state import State
+from brainshard._simulation.progress import ProgressBar, as_progress_bar
+from brainshard._transforms.control import (
+    avals_of, cast_varying, discover_body, eager_call, is_eager, join_vma,
+    run_body, vma_tree)
 
 __all__ = ["for_loop", "scan", "while_loop"]
 
@@ -90,28 +91,28 @@ class _Carry:
     ``shard_map`` a step may make a carried value per-shard; the carry then
     enters the loop per-shard, and discovery repeats until the types agree.
     """
-    touched = discover(fun, args_avals(avals_of(init)), name)
-    self.states = touched.writes
+    touched = discover_body(fun, args_avals(avals_of(init)), name)
+    self.states = touched.write_states
     state_init = gather_values(self.states, name)
     for _ in range(8):
       in_axes = vma_tree((avals_of(init), avals_of(state_init)))
-      out_axes = vma_tree((carry_of(touched.out), touched.written))
+      out_axes = vma_tree((carry_of(touched.out_avals[0]), touched.out_avals[1]))
       if not _same_structure(in_axes, out_axes):
         break  # lax.scan / while_loop report the structure mismatch
       want = join_vma(in_axes, out_axes)
       if want == in_axes:
         break
       init, state_init = cast_varying((init, state_init), want)
-      touched = discover(fun, args_avals(avals_of(init)), name,
+      touched = discover_body(fun, args_avals(avals_of(init)), name,
                          inject=list(zip(self.states,
                                          avals_of(state_init))))
       _check_same_writes(self.states, touched, name)
-    self.touched: Touched = touched
+    self.touched: Discovery = touched
     self.init = init
     self.state_init = state_init
     self.axes = vma_tree((avals_of(init), avals_of(state_init)))
     carried = {id(s) for s in self.states}
-    self.consts = tuple(s for s in touched.reads if id(s) not in carried)
+    self.consts = tuple(s for s in touched.read_states if id(s) not in carried)
     self.const_vals = gather_values(self.consts, name)
 
   def inputs(self, state_vals: Sequence[Any]) -> list[tuple[State, Any]]:
@@ -126,9 +127,9 @@ class _Carry:
     return cast_varying(out, self.axes)
 
 
-def _check_same_writes(states: Sequence[State], touched: Touched,
+def _check_same_writes(states: Sequence[State], touched: Discovery,
                        name: str) -> None:
-  if {id(s) for s in touched.writes} != {id(s) for s in states}:
+  if {id(s) for s in touched.write_states} != {id(s) for s in states}:
     raise RuntimeError(
         f"{name}: the loop body wrote different States when traced with "
         "per-shard carry values than without; it must write the same States "
@@ -138,7 +139,7 @@ def _check_same_writes(states: Sequence[State], touched: Touched,
 def _scan_traced(fun: Callable, init: Any, xs: Any, *, length, reverse,
                  unroll, pbar: ProgressBar | None, name: str) -> Any:
   n = _scan_length(xs, length, name)
-  x_avals = jax.tree.map(lambda x: _compat.step_aval(jax.typeof(x)), xs)
+  x_avals = jax.tree.map(lambda x: compat.step_aval(jax.typeof(x)), xs)
   carry = _Carry(fun, lambda c: (c, x_avals), init, name,
                  lambda out: _pair(out, name)[0])
   ticker = pbar.bind(n, name) if pbar is not None else None
@@ -258,15 +259,15 @@ def _while_traced(cond_fun: Callable, body_fun: Callable, init: Any,
                   name: str) -> Any:
   carry = _Carry(body_fun, lambda c: (c,), init, name, lambda out: out)
   cond_name = f"{name} cond_fun"
-  cond_touched = discover(cond_fun, (avals_of(carry.init),), cond_name,
+  cond_touched = discover_body(cond_fun, (avals_of(carry.init),), cond_name,
                           inject=list(zip(carry.states,
                                           avals_of(carry.state_init))))
-  if cond_touched.writes:
+  if cond_touched.write_states:
     raise TypeError(
-        f"{name}: cond_fun writes {cond_touched.writes[0]._label()}; the "
+        f"{name}: cond_fun writes {cond_touched.write_states[0]._label()}; the "
         "loop condition must only read States. Write states in body_fun.")
   carried = {id(s) for s in carry.states}
-  cond_consts = [s for s in cond_touched.reads
+  cond_consts = [s for s in cond_touched.read_states
                  if id(s) not in carried and s not in carry.consts]
   cond_vals = gather_values(cond_consts, name)
   cond_inputs = list(zip(cond_consts, cond_vals))

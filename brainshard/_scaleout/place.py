@@ -14,16 +14,18 @@ from typing import Any, Callable, Sequence
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from brainshard import _compat, _multihost
-from brainshard._axes import (
+from brainshard._core import compat
+from brainshard._scaleout import multihost as _multihost
+from brainshard._core.axes import (
     current_rules, freeze_rules, merged_rules, using_rules)
-from brainshard._specs import (
+from brainshard._core.specs import (
     StateSpecs, check_spec, check_state_specs_arg, leaf_specs,
     resolve_state_spec)
-from brainshard._state import (
-    Frame, State, StateTraceError, _canonical,
-    describe_value, frame_stack, write_results)
-from brainshard._stateful import copy_metadata, fun_name
+from brainshard._core.args import copy_metadata, fun_name
+from brainshard._core.errors import StateTraceError
+from brainshard._core.frames import Frame, write_results
+from brainshard._core.state import (
+    State, _canonical, describe_value, frame_stack)
 
 __all__ = ["resolve_spec", "place", "sharded_init", "ShardedInit",
            "states_in", "concrete_mesh"]
@@ -88,7 +90,7 @@ def resolve_spec(state: State, mesh: Any = None, specs: StateSpecs = None,
 
 
 def _top_level(where: str) -> None:
-  if frame_stack() or not _compat.at_top_level():
+  if frame_stack() or not compat.at_top_level():
     raise StateTraceError(
         f"{where} moves State values between devices and must be called "
         "outside every transform (at top level, not inside bs.jit, "
@@ -233,7 +235,7 @@ class ShardedInit:
       values = [_canonical(frame.value_of(s), s._label()) for s in created]
       leaves, treedef = jax.tree.flatten(out)
       traced = [i for i, x in enumerate(leaves)
-                if isinstance(x, jax.core.Tracer)]
+                if isinstance(x, compat.Tracer)]
       box.append((created, leaves, treedef, traced))
       return values, [leaves[i] for i in traced]
     run.__name__ = run.__qualname__ = fun_name(self.init_fn)

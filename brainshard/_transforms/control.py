@@ -3,7 +3,7 @@
 Every construct (``for_loop``, ``scan``, ``while_loop``, ``cond``,
 ``switch``) works in three steps:
 
-1. **Discovery** (:func:`discover`): the user function is traced once with
+1. **Discovery** (:func:`discover_body`): the user function is traced once with
    ``jax.make_jaxpr`` at the avals one step (or one branch) sees, to learn
    which States it reads and writes and the avals it returns.
 2. **The JAX primitive** (``lax.scan``, ``lax.while_loop``, ``lax.switch``)
@@ -24,30 +24,19 @@ from __future__ import annotations
 import inspect
 import types
 import weakref
-from typing import Any, Callable, Hashable, NamedTuple, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 import jax
 
-from brainshard import _compat
-from brainshard._jit import ReplayFrame, StatefulJit, replay, union
-from brainshard._state import State, frame_stack
-from brainshard._stateful import StatefulFunction, _DiscoveryFrame
+from brainshard._core import compat
+from brainshard._core.caches import Cache
+from brainshard._core.discovery import Discovery, StatefulFunction, discover
+from brainshard._core.frames import ReplayFrame, replay
+from brainshard._core.program import StatefulJit
+from brainshard._core.state import State, frame_stack
 
-__all__ = ["Touched", "discover", "run_body", "eager_call", "is_eager",
-           "union", "avals_of", "vma_tree", "join_vma", "cast_varying",
-           "manual_axes"]
-
-
-class Touched(NamedTuple):
-  """What one trace of a loop body or branch found."""
-  reads: tuple[State, ...]   # read before being written, first-touch order
-  writes: tuple[State, ...]  # written
-  out: Any                   # pytree of the avals the function returned
-  written: list[Any]         # per written state: pytree of its new avals
-
-
-def _same_signature(state: State, sig: Any) -> Any:
-  return sig
+__all__ = ["discover_body", "run_body", "eager_call", "is_eager",
+           "avals_of", "vma_tree", "join_vma", "cast_varying"]
 
 
 def avals_of(tree: Any) -> Any:
@@ -55,35 +44,17 @@ def avals_of(tree: Any) -> Any:
   return jax.tree.map(jax.typeof, tree)
 
 
-def discover(fun: Callable, args: tuple, name: str,
-             inject: Sequence[tuple[State, Any]] = ()) -> Touched:
-  """Traces ``fun(*args)`` once, where ``args`` is a pytree of avals.
-
-  ``inject`` gives some states the avals they have inside the construct
-  (e.g. a carry made per-shard); the others are read from outside.
-  """
+def discover_body(fun: Callable, args: tuple, name: str,
+                  inject: Sequence[tuple[State, Any]] = ()) -> Discovery:
+  """Discovers ``fun(*args)`` once, where ``args`` is a pytree of avals
+  (one step of a loop, one branch). ``inject`` gives some states the avals
+  they have inside the construct (e.g. a carry made per-shard)."""
   leaves, treedef = jax.tree.flatten(args)
-  frames: list[_DiscoveryFrame] = []
 
-  def traced(*leaves):
-    trace = _compat.current_trace()
-    frame = _DiscoveryFrame(name, trace, _same_signature)
-    with frame:
-      for state, avals in inject:
-        a_leaves, a_tree = jax.tree.flatten(avals)
-        frame.inject(state, jax.tree.unflatten(
-            a_tree, [_compat.new_trace_input(trace, a) for a in a_leaves]))
-      out = fun(*jax.tree.unflatten(treedef, list(leaves)))
-      written = [frame.value_of(s) for s in frame.written_states()]
-    frames.append(frame)
-    return out, written
+  def run(*leaves):
+    return fun(*jax.tree.unflatten(treedef, list(leaves)))
 
-  closed, shapes = jax.make_jaxpr(traced, return_shape=True)(*leaves)
-  frame = frames[-1]
-  out, written = jax.tree.unflatten(jax.tree.structure(shapes),
-                                    closed.out_avals)
-  return Touched(tuple(frame.input_states()), tuple(frame.written_states()),
-                 out, written)
+  return discover(run, leaves, name, inject=inject)
 
 
 def run_body(fun: Callable, args: tuple, name: str,
@@ -102,23 +73,9 @@ def run_body(fun: Callable, args: tuple, name: str,
 # Varying manual axes (inside shard_map)
 
 
-def manual_axes() -> tuple[tuple[str, int], ...]:
-  """``(axis name, size)`` of every manual mesh axis of the ``bs.shard_map``
-  bodies being traced on this thread, outermost first (empty outside one).
-
-  A shard_map body's frame carries its axes as ``manual_axes``.
-  """
-  axes: list[tuple[str, int]] = []
-  for frame in frame_stack():
-    for axis in getattr(frame, "manual_axes", ()):
-      if axis not in axes:
-        axes.append(axis)
-  return tuple(axes)
-
-
 def vma_tree(avals: Any) -> Any:
   """The varying manual axes (a frozenset) of each aval in a pytree."""
-  return jax.tree.map(_compat.varying_axes, avals)
+  return jax.tree.map(compat.varying_axes, avals)
 
 
 def join_vma(*trees: Any) -> Any:
@@ -135,7 +92,7 @@ def cast_varying(values: Any, axes: Any) -> Any:
   therefore be per-shard everywhere.
   """
   def one(x, want):
-    missing = want - _compat.varying_axes(jax.typeof(x))
+    missing = want - compat.varying_axes(jax.typeof(x))
     if not missing:
       return x
     return jax.lax.pcast(x, tuple(sorted(missing)), to="varying")
@@ -148,7 +105,7 @@ def cast_varying(values: Any, axes: Any) -> Any:
 
 def is_eager() -> bool:
   """True at top level: no brainshard frame and no JAX trace active."""
-  return not frame_stack() and _compat.at_top_level()
+  return not frame_stack() and compat.at_top_level()
 
 
 class _WeakFun:
@@ -184,7 +141,7 @@ def _cache_key(fun: Callable) -> Hashable:
 
 
 # (functions' keys, static configuration) -> the compiled runner
-_eager_cache: dict[Hashable, StatefulJit] = {}
+_eager_cache: Cache = Cache()
 
 
 def eager_call(name: str, funs: Sequence[Callable], static: Hashable,
@@ -217,10 +174,4 @@ def _make_runner(name: str, get_funs: Callable[[], list], impl: Callable
   run.__name__ = run.__qualname__ = name
   stateful = StatefulFunction(run, name=name)
 
-  def states(args, kwargs):
-    d = stateful.discover(*args, **kwargs)
-    runner.placements.update(d.placements)
-    return d.read_states, d.write_states
-
-  runner = StatefulJit(run, name, discover=states, stateful=stateful)
-  return runner
+  return StatefulJit(run, name, stateful=stateful)

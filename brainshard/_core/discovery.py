@@ -1,0 +1,259 @@
+"""Discovery: which States a function touches, found by tracing it once.
+
+:func:`discover` traces a function with ``jax.make_jaxpr`` while a
+:class:`DiscoveryFrame` is on this thread's frame stack. The first read of a
+State inside the trace appends a new input to the jaxpr (after the
+function's own arguments), so state values are never baked in as constants;
+a State that is only written is an output, not an input. Every transform
+discovers through this one function; :class:`StatefulFunction` adds the
+call-signature cache on top.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Hashable, NamedTuple, Sequence
+
+import jax
+
+from brainshard._core import compat
+from brainshard._core.args import Call, StaticArgs, fun_name
+from brainshard._core.caches import Cache
+from brainshard._core.frames import Frame, current_signature
+from brainshard._core.state import (
+    Signature, State, describe_signature, describe_value, signature)
+
+__all__ = ["StatefulFunction", "Discovery", "DiscoveryFrame", "discover"]
+
+
+class Discovery(NamedTuple):
+  """What one trace of a function at one call signature found."""
+  states: tuple[State, ...]        # every state touched, first-touch order
+  read_states: tuple[State, ...]   # read before written: the jaxpr's inputs
+  write_states: tuple[State, ...]  # written: outputs after the function's own
+  jaxpr: Any                       # ClosedJaxpr(*arg_leaves, *read_leaves)
+  out_tree: Any                    # treedef of (out, [written values])
+  out_avals: Any                   # (out, [written]) as a pytree of avals
+  out_shapes: Any                  # ShapeDtypeStructs of the function's output
+  state_sigs: tuple[Signature, ...]  # signature of each of `states` when traced
+  placements: dict                 # id(state) -> PlacementHint from shard_maps
+
+
+def _same(state: State, sig: Signature) -> Signature:
+  return sig
+
+
+class DiscoveryFrame(Frame):
+  """Turns each state's first read into a new input of the jaxpr in flight.
+
+  ``state_signature(state, outer_sig)`` gives the avals that input gets
+  (the outer ones by default; whole and unsharded for shard_map's outer
+  discovery).
+  """
+
+  def __init__(self, name: str, trace: Any,
+               state_signature: Callable[[State, Signature], Signature] = _same):
+    super().__init__(name)
+    self._input_trace = trace
+    self._state_signature = state_signature
+    self.placements: dict[int, Any] = {}
+
+  def hint_placement(self, state: State, hint: Any) -> None:
+    self.placements.setdefault(id(state), hint)
+    super().hint_placement(state, hint)
+
+  def inner_signature(self, state: State, outer_sig: Signature) -> Signature:
+    return self._state_signature(state, outer_sig)
+
+  def first_read(self, state: State, outer_value: Any) -> Any:
+    return self.new_input(self._state_signature(state, signature(outer_value)))
+
+  def new_input(self, sig: Signature) -> Any:
+    """A value of signature ``sig`` made of new inputs of the jaxpr."""
+    treedef, avals = sig
+    return jax.tree.unflatten(treedef, [
+        compat.new_trace_input(self._input_trace, a) for a in avals])
+
+
+def discover(fun: Callable, leaves: Sequence[Any], name: str, *,
+             state_signature: Callable[[State, Signature], Signature] = _same,
+             inject: Sequence[tuple[State, Any]] = (),
+             axis_env: Sequence[tuple[Hashable, int]] | None = None
+             ) -> Discovery:
+  """Traces ``fun(*leaves)`` once (``leaves``: arrays or avals).
+
+  ``inject`` gives some states the avals they have inside the construct
+  (e.g. a loop carry made per-shard); the others are read from outside.
+  """
+  frames: list[DiscoveryFrame] = []
+
+  def traced(*leaves):
+    frame = DiscoveryFrame(name, compat.current_trace(), state_signature)
+    frames.append(frame)
+    with frame:
+      for state, avals in inject:
+        a_leaves, a_tree = jax.tree.flatten(avals)
+        frame.inject(state, frame.new_input((a_tree, tuple(a_leaves))))
+      out = fun(*leaves)
+      written = [frame.value_of(s) for s in frame.written_states()]
+    return out, written
+
+  closed, shapes = jax.make_jaxpr(
+      traced, axis_env=list(axis_env) if axis_env else None,
+      return_shape=True)(*leaves)
+  frame = frames[-1]
+  states = tuple(frame.touched_states())
+  out_tree = jax.tree.structure(shapes)
+  return Discovery(
+      states=states,
+      read_states=tuple(frame.input_states()),
+      write_states=tuple(frame.written_states()),
+      jaxpr=closed,
+      out_tree=out_tree,
+      out_avals=jax.tree.unflatten(out_tree, closed.out_avals),
+      out_shapes=shapes[0],
+      state_sigs=tuple(current_signature(s) for s in states),
+      placements=frame.placements)
+
+
+def evaluate(d: Discovery, arg_leaves: Sequence[Any], read_vals: Sequence[Any]
+             ) -> tuple[Any, list[Any]]:
+  """Runs a discovery's jaxpr: ``(out, written values)``, without Python."""
+  outs = compat.jaxpr_as_fun(d.jaxpr)(*arg_leaves, *jax.tree.leaves(read_vals))
+  return jax.tree.unflatten(d.out_tree, outs)
+
+
+def still_valid(d: Discovery) -> bool:
+  """Whether every state still has the signature it was discovered with."""
+  return all(current_signature(s) == sig
+             for s, sig in zip(d.states, d.state_sigs, strict=True))
+
+
+class StatefulFunction:
+  """A function that closes over States, seen as a pure function of them.
+
+  Args:
+    fun: the Python function. It may read and write ``state.value`` of any
+      State it can reach.
+    static_argnums, static_argnames: arguments that are Python values steering
+      the trace (hashed into the cache key, like ``jax.jit``).
+    axis_env: ``[(axis_name, size), ...]`` so collectives such as
+      ``jax.lax.psum(x, 'x')`` can be traced outside ``shard_map``.
+
+  Discoveries are cached per call signature (static arguments, treedef and
+  avals of the others) and reused while every state keeps its signature;
+  :meth:`clear_cache` (or ``bs.clear_caches()``) forgets them.
+
+  Example:
+    >>> import brainshard as bs, jax.numpy as jnp
+    >>> w = bs.State(jnp.ones(3), name='w')
+    >>> def f(x):
+    ...   w.value = w.value * x
+    ...   return w.value.sum()
+    >>> sf = bs.StatefulFunction(f)
+    >>> sf.get_states(2.0) == (w,)
+    True
+    >>> new_vals, out = sf.jaxpr_call([w.value], 2.0)
+    >>> out, w.value  # jaxpr_call is pure: w is untouched
+    (Array(6., dtype=float32), Array([1., 1., 1.], dtype=float32))
+  """
+
+  def __init__(self, fun: Callable, *,
+               static_argnums: int | Sequence[int] = (),
+               static_argnames: str | Sequence[str] = (),
+               axis_env: Sequence[tuple[Hashable, int]] | None = None,
+               name: str | None = None,
+               static: StaticArgs | None = None):
+    self.fun = fun
+    self.name = name or f"StatefulFunction({fun_name(fun)})"
+    self.static = static or StaticArgs(fun, static_argnums, static_argnames,
+                                       owner=self.name)
+    self.static_argnums = self.static.argnums
+    self.static_argnames = self.static.argnames
+    self.axis_env = list(axis_env) if axis_env else None
+    self._cache: Cache = Cache()
+    self._last: Discovery | None = None
+
+  def clear_cache(self) -> None:
+    """Forgets every cached discovery of this function."""
+    self._cache.clear()
+    self._last = None
+
+  # -- discovery ------------------------------------------------------------
+
+  def lookup(self, args: tuple, kwargs: dict) -> tuple[Discovery | None, Call,
+                                                       Hashable, list]:
+    """The cached discovery for this call (None if there is none or a state
+    changed signature since), with the split call, its key and leaves."""
+    call = self.static.split(args, kwargs)
+    key, leaves, _ = self.static.key(call)
+    found = self._cache.get(key)
+    if found is not None and not still_valid(found):
+      found = None
+    return found, call, key, leaves
+
+  def discover(self, *args, **kwargs) -> Discovery:
+    """Traces (or fetches from the cache) the discovery for this call."""
+    found, call, key, leaves = self.lookup(args, kwargs)
+    if found is None:
+      treedef = call.flat()[1]
+
+      def run(*dyn_leaves):
+        a, kw = call.unflatten(treedef, dyn_leaves)
+        return self.fun(*a, **kw)
+
+      found = self._cache[key] = discover(run, leaves, self.name,
+                                          axis_env=self.axis_env)
+    self._last = found
+    return found
+
+  # -- public API -----------------------------------------------------------
+
+  def make_jaxpr(self, *args, **kwargs) -> Any:
+    """The ClosedJaxpr: inputs are the dynamic argument leaves, then the
+    leaves of the read states; outputs are the function's output leaves,
+    then the leaves of the written states."""
+    return self.discover(*args, **kwargs).jaxpr
+
+  def _discovery_for(self, args, kwargs) -> Discovery:
+    if not args and not kwargs and self._last is not None:
+      return self._last
+    return self.discover(*args, **kwargs)
+
+  def get_states(self, *args, **kwargs) -> tuple[State, ...]:
+    """Every State the function touches (for these arguments; with no
+    arguments, for the most recent discovery)."""
+    return self._discovery_for(args, kwargs).states
+
+  def get_read_states(self, *args, **kwargs) -> tuple[State, ...]:
+    """States read before being written: the pure function's inputs."""
+    return self._discovery_for(args, kwargs).read_states
+
+  def get_write_states(self, *args, **kwargs) -> tuple[State, ...]:
+    """States the function writes."""
+    return self._discovery_for(args, kwargs).write_states
+
+  def jaxpr_call(self, state_vals: Sequence[Any], *args, **kwargs
+                 ) -> tuple[list[Any], Any]:
+    """Runs the function purely: ``state_vals`` are the values of
+    :meth:`get_states` (in that order); returns ``(new_state_vals, out)``.
+    No State is read or written."""
+    d = self.discover(*args, **kwargs)
+    state_vals = list(state_vals)
+    if len(state_vals) != len(d.states):
+      raise ValueError(
+          f"{self.name}.jaxpr_call got {len(state_vals)} state values, but "
+          f"the function touches {len(d.states)} states "
+          f"({', '.join(s._label() for s in d.states)}).")
+    for s, v, sig in zip(d.states, state_vals, d.state_sigs):
+      if jax.tree.structure(v) != sig[0]:
+        raise ValueError(
+            f"{self.name}.jaxpr_call: the value given for {s._label()} is "
+            f"{describe_value(v)}, but the state holds "
+            f"{describe_signature(sig)}; pass one value per state of "
+            "get_states(), in that order.")
+    by_id = {id(s): v for s, v in zip(d.states, state_vals)}
+    _, leaves, _ = self.static.key(self.static.split(args, kwargs))
+    out, written = evaluate(d, leaves, [by_id[id(s)] for s in d.read_states])
+    for s, v in zip(d.write_states, written, strict=True):
+      by_id[id(s)] = v
+    return [by_id[id(s)] for s in d.states], out

@@ -1,0 +1,302 @@
+"""The compiled program: one ``jax.jit`` of a pure function, one call path.
+
+A :class:`Program` is fixed by the states a function reads and writes. Its
+pure function ``pure(*cand_vals, rest_vals, *args, **kwargs) -> (out,
+written_vals)`` re-runs the user function with the state values injected
+(or evaluates the discovery's jaxpr, when it was traced for exactly this
+signature). Per call, :meth:`Program.call` is the whole runtime:
+
+1. read the states' values (their global slots at top level, the frame when
+   traced);
+2. choose what to donate (``donate_states='auto'``: see donation.py);
+3. place inputs where the program expects them (placement.py);
+4. call the ``jax.jit`` whose C++ fast path checks avals and shardings;
+5. write the written states back (slots at top level, the frame when traced).
+
+For a few states, fastcall.py generates a straight-line copy of the top-level
+case of exactly these steps. :class:`StatefulJit` owns the program of one
+function and grows it when a new trace touches new states.
+"""
+
+from __future__ import annotations
+
+import operator
+import sys
+from typing import Any, Callable, Sequence
+
+import jax
+
+from brainshard._core import compat, donation, fastcall
+from brainshard._core.args import StaticArgs, fun_name
+from brainshard._core.discovery import StatefulFunction, evaluate
+from brainshard._core.errors import Rediscover
+from brainshard._core.frames import (
+    ReplayFrame, gather_values, replay, union, write_results)
+from brainshard._core.placement import HintedPlacement
+from brainshard._core.state import SLOT_LOCK, State, _frames
+
+__all__ = ["Program", "StatefulJit", "Rediscover"]
+
+_getrefcount = sys.getrefcount
+_get_value = operator.attrgetter("_value")
+
+_MAX_VARIANTS = 8  # donation choices compiled per program before giving up
+
+
+def _rediscover(frame: ReplayFrame, extra: list[State]) -> Rediscover:
+  return Rediscover(frame.input_states(), frame.written_states())
+
+
+class Program:
+  """The compiled pure function for a fixed set of read/written states.
+
+  The read states are split, once, into donation *candidates* (read and
+  written) and the rest. Each candidate's value is its own positional
+  argument, so that a donation choice is just ``donate_argnums`` over the
+  candidates. Each choice is its own ``jax.jit`` of the *same* function and
+  argument structure; JAX shares the trace between them, so a new choice
+  compiles once but never re-runs the user's function.
+  """
+
+  def __init__(self, owner: "StatefulJit", reads: Sequence[State],
+               writes: Sequence[State]):
+    self.owner = owner
+    write_ids = {id(s) for s in writes}
+    donate, can, hints = owner.donate_states, owner.can_donate, owner.placements
+    self.cand = tuple(
+        s for s in reads
+        if donate is not False and id(s) in write_ids and (can is None or can(s))
+        and (id(s) not in hints or hints[id(s)].keeps_layout()))
+    cand_ids = {id(s) for s in self.cand}
+    self.rest = tuple(s for s in reads if id(s) not in cand_ids)
+    self.reads = self.cand + self.rest
+    self.writes = tuple(writes)
+    self.auto = donate == "auto"
+    self.place, self.place_targets = owner.place, owner.place_targets
+    if self.place is None and any(id(s) in hints for s in self.cand):
+      placement = HintedPlacement(hints)
+      self.place, self.place_targets = placement.place, placement.fast_targets
+    nc = self.nc = len(self.cand)
+
+    def pure(*call_args, **kwargs):
+      return self._pure(call_args[:nc], call_args[nc], call_args[nc + 1:],
+                        kwargs)
+
+    pure.__name__ = pure.__qualname__ = fun_name(owner.fun)
+    self._fun = pure
+    self._jitted: dict[tuple[bool, ...], Any] = {}
+    self.j_none = self.jitted_for((False,) * nc)
+    # 'auto' where counts are unreliable (free-threaded builds): never donate.
+    self.donates_all = nc > 0 and (
+        donate is True or (self.auto and donation.AUTO_SUPPORTED))
+    self.j_all = (self.jitted_for((True,) * nc) if self.donates_all
+                  else self.j_none)
+    self.check_refs = self.auto and self.donates_all
+    self.entry = fastcall.make_entry(self)  # entry(*args, **kwargs)
+
+  def jitted_for(self, mask: tuple[bool, ...]) -> Any:
+    """The ``jax.jit`` that donates the candidates where ``mask`` is True."""
+    j = self._jitted.get(mask)
+    if j is None:
+      if len(self._jitted) >= _MAX_VARIANTS and any(mask):
+        return self.jitted_for((False,) * self.nc)
+      owner, shift = self.owner, self.nc + 1
+      kwargs = dict(owner.jit_kwargs)
+      if "in_shardings" in kwargs:
+        kwargs["in_shardings"] = (None,) * shift + tuple(kwargs["in_shardings"])
+      j = self._jitted[mask] = jax.jit(
+          self._fun,
+          static_argnums=tuple(i + shift if i >= 0 else i
+                               for i in owner.static.argnums),
+          static_argnames=owner.static.argnames,
+          donate_argnums=tuple(i for i, m in enumerate(mask) if m) + tuple(
+              i + shift for i in owner.donate_argnums),
+          **kwargs)
+    return j
+
+  # -- the pure function ------------------------------------------------------
+
+  def _pure(self, cand_vals, rest_vals, args, kwargs):
+    read_vals = [*cand_vals, *rest_vals]
+    if self.owner.stateful is not None:
+      evaluated = self._evaluate_discovery(read_vals, args, kwargs)
+      if evaluated is not None:
+        return evaluated
+    return replay(ReplayFrame(self.owner.name), self.owner.fun, args, kwargs,
+                  zip(self.reads, read_vals, strict=True), self.writes,
+                  _rediscover)
+
+  def _evaluate_discovery(self, read_vals: list, args, kwargs):
+    """Evaluates the discovery's jaxpr when it was traced for exactly this
+    signature and state set, so the first call runs the Python body once.
+    Returns None where a fresh trace of the function is needed."""
+    d, _, _, leaves = self.owner.stateful.lookup(args, kwargs)
+    if d is None or d.write_states != self.writes or (
+        {id(s) for s in d.read_states} != {id(s) for s in self.reads}) or any(
+            compat.is_traced(c) for c in d.jaxpr.consts):
+      return None  # (a jaxpr closed over another trace's values is stale)
+    by_id = dict(zip(map(id, self.reads), read_vals, strict=True))
+    return evaluate(d, leaves, [by_id[id(s)] for s in d.read_states])
+
+  # -- the one call path ------------------------------------------------------
+
+  def mask_for(self, cand_vals: list) -> tuple[bool, ...]:
+    """Which candidates this top-level call may donate (see donation.py).
+
+    ``cand_vals`` must be a fresh list of the candidates' values, holding the
+    only references this module has to them.
+    """
+    if not self.donates_all:
+      return (False,) * self.nc
+    if not self.auto:
+      return (True,) * self.nc
+    counts = list(map(_getrefcount, cand_vals))
+    if counts.count(donation.SOLE) == self.nc and (
+        donation.ARRAY_TYPES.issuperset(map(type, cand_vals))):
+      return (True,) * self.nc
+    return donation.sole_mask(cand_vals, counts)
+
+  def prepare(self, args, kwargs, fixed_mask=None):
+    """``(mask, jitted, jit_args, jit_kwargs)`` of a call: steps 1-3."""
+    top = not _frames.stack and compat.at_top_level()
+    if top:  # an unset slot (a state created in a transform) fails in jit
+      cand = list(map(_get_value, self.cand))
+      rest = list(map(_get_value, self.rest))
+    else:
+      cand = gather_values(self.cand, self.owner.name)
+      rest = gather_values(self.rest, self.owner.name)
+    if fixed_mask is None:
+      mask = self.mask_for(cand) if top else (False,) * self.nc
+    else:  # a Compiled donates as lowered: copy what others still refer to
+      mask = fixed_mask
+      if top and self.auto and any(mask):
+        sole = self.mask_for(cand)
+        cand = [jax.tree.map(lambda a: a.copy(), x) if m and not ok else x
+                for x, m, ok in zip(cand, mask, sole, strict=True)]
+    if self.place is not None:
+      cand, rest, args, kwargs = self.place(self, cand, rest, args, kwargs)
+    return mask, self.jitted_for(mask), (*cand, rest, *args), kwargs
+
+  def call(self, args, kwargs, compiled=None, fixed_mask=None):
+    """Runs the program once: prepare, call, write back (steps 1-5)."""
+    if _frames.stack:  # traced: the values read are tracers, no donation
+      return self._run(args, kwargs, compiled, fixed_mask)
+    with SLOT_LOCK:  # see state.py: donation must not race other threads
+      return self._run(args, kwargs, compiled, fixed_mask)
+
+  def _run(self, args, kwargs, compiled, fixed_mask):
+    _, jitted, jargs, jkwargs = self.prepare(args, kwargs, fixed_mask)
+    try:
+      out, new_vals = (compiled or jitted)(*jargs, **jkwargs)
+    except TypeError:
+      self.on_type_error()
+      raise
+    write_results(self.writes, new_vals, self.owner.name)
+    return out
+
+  def on_type_error(self) -> None:
+    gather_values(self.reads, self.owner.name)  # the State's own error, if any
+
+
+class StatefulJit:
+  """The compiled program of one function, grown as traces find states.
+
+  Shared by ``bs.jit``, eager ``bs.shard_map`` and eager loops/branches.
+
+  Args:
+    fun: the function to re-run under ``jax.jit``.
+    name: used in errors, e.g. ``bs.jit(step)``.
+    stateful: the function's StatefulFunction: its discoveries give the
+      first program's states (and placement hints), and ``jax.jit`` may
+      evaluate them instead of running the Python function again.
+    discover: instead of ``stateful``, ``(args, kwargs) -> (reads, writes)``.
+    static: the static arguments (``StaticArgs``).
+    donate_states: ``'auto'`` (donate a read-and-written state's old buffer
+      when only the State refers to it, see donation.py), ``True``
+      (always), ``False`` (never).
+    can_donate: optional ``(state) -> bool`` excluding states whose buffer
+      cannot be reused (e.g. their output sharding differs).
+    place: optional ``(program, cand_vals, rest_vals, args, kwargs) ->
+      (cand_vals, rest_vals, args, kwargs)`` that puts inputs where the
+      program expects them; ``place_targets(program)`` gives the shardings
+      it would leave alone, for the generated call's inline check.
+  """
+
+  def __init__(self, fun: Callable, name: str, *,
+               stateful: StatefulFunction | None = None,
+               discover: Callable | None = None,
+               static: StaticArgs | None = None, donate_argnums=(),
+               donate_states: bool | str = "auto", jit_kwargs=None,
+               place: Callable | None = None,
+               place_targets: Callable | None = None,
+               can_donate: Callable[[State], bool] | None = None):
+    self.fun = fun
+    self.name = name
+    self.stateful = stateful
+    self._discover = discover or self._discover_stateful
+    self.static = static or (stateful.static if stateful else StaticArgs(fun))
+    self.donate_argnums = donate_argnums
+    self.donate_states = donate_states
+    self.can_donate = can_donate
+    self.jit_kwargs = jit_kwargs or {}
+    self.place = place
+    self.place_targets = place_targets or (lambda program: None)
+    # id(state) -> PlacementHint, from the shard_maps inside the function
+    self.placements: dict[int, Any] = {}
+    self.program = None
+
+  @property
+  def program(self) -> Program | None:
+    return self._program
+
+  @program.setter
+  def program(self, program: Program | None) -> None:
+    self._program = program
+    self.entry = self._first_call if program is None else program.entry
+
+  def _discover_stateful(self, args, kwargs):
+    d = self.stateful.discover(*args, **kwargs)
+    self.placements.update(d.placements)
+    return d.read_states, d.write_states
+
+  def _first_call(self, *args, **kwargs):
+    return self.with_program(args, kwargs, lambda p: p.call(args, kwargs))
+
+  def retry(self, err: Rediscover, args, kwargs):
+    self._grow(err)
+    return self.with_program(args, kwargs, lambda p: p.call(args, kwargs))
+
+  def _grow(self, err: Rediscover) -> Program:
+    """A trace touched new states: a program for the union of both sets.
+
+    A state written in one trace but not another must come in as an input so
+    the other trace can pass it through unchanged.
+    """
+    old = self.program
+    writes = union(old.writes, err.writes)
+    reads = union(old.reads, err.reads, writes)
+    self.program = Program(self, reads, writes)
+    return self.program
+
+  def with_program(self, args, kwargs, action: Callable[[Program], Any]) -> Any:
+    """Runs ``action(program)``, growing the program while traces find new
+    states."""
+    program = self.program
+    if program is None:
+      program = self.program = Program(self, *self._discover(args, kwargs))
+    for _ in range(8):
+      try:
+        return action(program)
+      except Rediscover as err:
+        program = self._grow(err)
+    raise RuntimeError(  # pragma: no cover - needs a pathological function
+        f"{self.name}: the set of States the function touches kept changing "
+        "between traces.")
+
+  def clear(self) -> None:
+    """Forgets the program (the next call discovers and compiles again)."""
+    self.placements.clear()
+    self.program = None
+
+  def __call__(self, *args, **kwargs):
+    return self.entry(*args, **kwargs)

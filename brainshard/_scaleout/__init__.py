@@ -1,0 +1,1 @@
+"""Scale-out: placement and sharded init, describe, multi-process runs."""

@@ -1,0 +1,1 @@
+"""Simulation drivers: random numbers drawn from States, progress bars."""

@@ -1,0 +1,207 @@
+"""``bs.jit``: compile a function that reads and writes States.
+
+A thin layer over the core: a :class:`~brainshard._core.discovery.
+StatefulFunction` finds the states on the first call, and a
+:class:`~brainshard._core.program.StatefulJit` compiles and calls the
+program (one ``jax.jit`` of a pure function, see program.py). ``jax.jit``
+re-traces by itself when avals or static arguments change; a trace that
+touches new states grows the program and the call is retried.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import weakref
+from typing import Any, Callable, Sequence
+
+from brainshard._core.args import (
+    StaticArgs, copy_metadata, fun_name, normalize_argnums)
+from brainshard._core.discovery import StatefulFunction
+from brainshard._core.program import Program, StatefulJit
+
+__all__ = ["jit", "JittedFunction", "Lowered", "Compiled"]
+
+
+class JittedFunction:
+  """The result of :func:`jit`: call it like the function it wraps."""
+
+  def __init__(self, fun: Callable, *, static_argnums=(), static_argnames=(),
+               donate_argnums=(), donate_states: bool | str = "auto",
+               in_shardings=None, out_shardings=None,
+               static: StaticArgs | None = None):
+    self.fun = fun
+    self.name = f"bs.jit({fun_name(fun)})"
+    self.static = static or StaticArgs(fun, static_argnums, static_argnames,
+                                       owner=self.name)
+    self.static_argnums = self.static.argnums
+    self.static_argnames = self.static.argnames
+    self.donate_argnums = normalize_argnums(donate_argnums)
+    self.donate_states = _check_donate_states(donate_states)
+    self.in_shardings = in_shardings
+    self.out_shardings = out_shardings
+    core_donate = self.donate_states
+    if core_donate == "auto" and (in_shardings is not None or
+                                  out_shardings is not None):
+      # The written states' output shardings are left to the compiler; next
+      # to user-fixed shardings it may lay one out unlike its input, and
+      # XLA then fails to alias the donated buffer (an INTERNAL error, not
+      # JAX's usual "donated buffers were not usable" warning). 'auto' is
+      # a promise of safety, so it does not donate here.
+      core_donate = False
+    self.stateful = StatefulFunction(fun, name=self.name, static=self.static)
+    self._core = StatefulJit(
+        fun, self.name, stateful=self.stateful,
+        donate_argnums=self.donate_argnums, donate_states=core_donate,
+        jit_kwargs=_sharding_kwargs(self.name, in_shardings, out_shardings))
+    self._bound: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+    copy_metadata(self, fun)
+
+  # Calling the object calls ``self._core.entry`` directly: Python looks
+  # ``__call__`` up on the type, and this property hands it the core's current
+  # entry through a C-level getter, so no Python frame of ours sits between
+  # the caller and the plan's generated call (see _core/fastcall.py).
+  __call__ = property(operator.attrgetter("_core.entry"))
+
+  def __get__(self, instance, owner=None):
+    if instance is None:
+      return self
+    try:
+      bound = self._bound.get(instance)
+    except TypeError:  # unhashable instance: cache in its __dict__
+      bound = instance.__dict__.get(self._dict_key)
+    if bound is None:
+      method = functools.partial(self.fun, instance)
+      bound = JittedFunction(
+          method, static=self.static.shifted_for_self(method),
+          donate_argnums=tuple(i - 1 for i in self.donate_argnums if i > 0),
+          donate_states=self.donate_states, in_shardings=self.in_shardings,
+          out_shardings=self.out_shardings)
+      try:
+        self._bound[instance] = bound
+      except TypeError:
+        instance.__dict__[self._dict_key] = bound
+    return bound
+
+  @property
+  def _dict_key(self) -> str:
+    return f"_brainshard_jit_{id(self)}"
+
+  def eval_shape(self, *args, **kwargs) -> Any:
+    """Output ShapeDtypeStructs of a call, without running or writing it."""
+    return self.stateful.discover(*args, **kwargs).out_shapes
+
+  def lower(self, *args, **kwargs) -> "Lowered":
+    """Lowers for these arguments and the states' current values."""
+    def lower_program(program):
+      mask, jitted, jargs, jkwargs = program.prepare(args, kwargs)
+      return Lowered(jitted.lower(*jargs, **jkwargs), program, mask)
+    return self._core.with_program(args, kwargs, lower_program)
+
+  def __repr__(self) -> str:
+    return f"<{self.name}>"
+
+
+class Lowered:
+  """``jax.stages.Lowered`` for a stateful function; ``.compile()`` it."""
+
+  def __init__(self, lowered, plan: Program, mask: tuple[bool, ...]):
+    self._lowered = lowered
+    self._plan = plan
+    self._mask = mask
+
+  def compile(self, *args, **kwargs) -> "Compiled":
+    """Compiles; the result is called like the jitted function."""
+    return Compiled(self._lowered.compile(*args, **kwargs), self._plan,
+                    self._mask)
+
+  def __getattr__(self, name):  # as_text, cost_analysis, ...
+    return getattr(self._lowered, name)
+
+
+class Compiled:
+  """``jax.stages.Compiled`` for a stateful function: calling it reads and
+  writes the States like the jitted function does.
+
+  Its donation is fixed when lowered. Under ``donate_states='auto'`` a state
+  it donates whose value is also referenced elsewhere at call time is passed
+  as a copy, so the other reference stays valid.
+  """
+
+  def __init__(self, compiled, plan: Program, mask: tuple[bool, ...]):
+    self._compiled = compiled
+    self._plan = plan
+    self._mask = mask
+
+  def __call__(self, *args, **kwargs):
+    return self._plan.call(args, kwargs, compiled=self._compiled,
+                           fixed_mask=self._mask)
+
+  def __getattr__(self, name):  # memory_analysis, as_text, ...
+    return getattr(self._compiled, name)
+
+
+def _check_donate_states(value: Any) -> bool | str:
+  if value is True or value is False or (
+      isinstance(value, str) and value == "auto"):
+    return value
+  raise ValueError(
+      f"donate_states must be 'auto', True or False; got {value!r}.")
+
+
+def _sharding_kwargs(name: str, in_shardings: Any, out_shardings: Any) -> dict:
+  kw = {}
+  if in_shardings is not None:
+    if not isinstance(in_shardings, (tuple, list)):
+      raise TypeError(
+          f"{name}: in_shardings must be a tuple with one entry (a sharding, a "
+          "pytree of them, or None) per positional argument; got "
+          f"{type(in_shardings).__name__}.")
+    kw["in_shardings"] = tuple(in_shardings)  # Program prefixes the states
+  if out_shardings is not None:
+    kw["out_shardings"] = (out_shardings, None)
+  return kw
+
+
+def jit(fun: Callable | None = None, *,
+        static_argnums: int | Sequence[int] = (),
+        static_argnames: str | Sequence[str] = (),
+        donate_argnums: int | Sequence[int] = (),
+        donate_states: bool | str = "auto",
+        in_shardings: Any = None,
+        out_shardings: Any = None):
+  """Compiles ``fun``, threading every State it reads or writes.
+
+  Reads see each State's current value on every call; writes persist. One
+  trace and one compile per call signature, as with ``jax.jit``.
+
+  Args:
+    fun: the function; may close over States. Usable as ``@bs.jit``,
+      ``@bs.jit(static_argnums=...)`` and on methods.
+    static_argnums, static_argnames, donate_argnums: as in ``jax.jit``.
+    donate_states: whether a state that is read and written hands its old
+      buffer to the call that replaces it (no second copy per step).
+      ``'auto'`` (default): only when nothing but the State refers to the
+      old value at that call, so ``old = s.value; step(); old`` keeps working
+      (docs/donation.md has the exact rule). ``True``: always (a kept
+      ``old`` is deleted). ``False``: never.
+    in_shardings: None, or a tuple with one sharding (pytree) per positional
+      argument; states keep the sharding they have.
+    out_shardings: sharding(s) of the function's output.
+
+  Example:
+    >>> import brainshard as bs, jax.numpy as jnp
+    >>> v = bs.State(jnp.zeros(3), name='v')
+    >>> @bs.jit
+    ... def step(dt):
+    ...   v.value = v.value + dt
+    ...   return v.value.sum()
+    >>> step(0.5), step(0.5)
+    (Array(1.5, dtype=float32), Array(3., dtype=float32))
+  """
+  kwargs = dict(static_argnums=static_argnums, static_argnames=static_argnames,
+                donate_argnums=donate_argnums, donate_states=donate_states,
+                in_shardings=in_shardings, out_shardings=out_shardings)
+  if fun is None:
+    return lambda f: JittedFunction(f, **kwargs)
+  return JittedFunction(fun, **kwargs)
