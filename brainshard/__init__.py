@@ -8,6 +8,7 @@ from brainshard._shard_map import shard_map
 from brainshard._progress import ProgressBar
 from brainshard._loops import for_loop, scan, while_loop
 from brainshard._cond import cond, switch
+from brainshard._vmap import vmap
 from brainshard._random import RandomState
 from brainshard import random
 from brainshard._axes import axis_rules, current_axis_rules
@@ -22,7 +23,7 @@ __all__ = [
     "State", "ParamState", "ShortTermState", "LongTermState",
     "StateTraceError", "RandomState",
     # transforms
-    "StatefulFunction", "jit", "shard_map",
+    "StatefulFunction", "jit", "shard_map", "vmap",
     # simulation drivers
     "for_loop", "scan", "while_loop", "cond", "switch", "ProgressBar",
     "random",
