@@ -318,7 +318,7 @@ def _call(cfg: _Config, fun: Callable, args: tuple, kwargs: dict) -> Any:
   try:
     out, new_vals = mapped(cfg.out_axes, plan.out_axes)(vals, args, kwargs)
   except ValueError as e:
-    if "got axis spec None but output was batched" not in str(e):
+    if "out_axes" not in str(e):
       raise
     state = _batched_write(plan, mapped, (vals, args, kwargs))
     if state is None:
@@ -337,7 +337,13 @@ def _call(cfg: _Config, fun: Callable, args: tuple, kwargs: dict) -> Any:
 
 def _batched_write(plan: _Plan, mapped: Callable, call: tuple) -> State | None:
   """The unbatched State written with a batched value, found by tracing
-  again with only that State's ``out_axes`` left at None."""
+  again with only that State's ``out_axes`` left at None (None where the
+  error has another cause)."""
+  try:
+    jax.eval_shape(mapped(0, [0 if a is None else a for a in plan.out_axes]),
+                   *call)
+  except ValueError:
+    return None
   for i, state in enumerate(plan.writes):
     if plan.out_axes[i] is not None:
       continue
