@@ -33,8 +33,8 @@ from brainshard._control import eager_call, is_eager
 from brainshard._jit import ReplayFrame, gather_values, replay
 from brainshard._random import RandomState
 from brainshard._state import (
-    Frame, State, current_signature, describe_value, frame_stack,
-    write_results)
+    Frame, State, current_signature, describe_signature, describe_value,
+    frame_stack, signature, write_results)
 from brainshard._stateful import fun_name
 
 __all__ = ["vmap"]
@@ -138,18 +138,18 @@ class _Plan(NamedTuple):
   sigs: tuple                      # (state, signature) when discovered
 
 
-def _leaf_axes(state: State, value: Any, axis: int, argname: str,
+def _leaf_axes(state: State, sig: Any, axis: int, argname: str,
                name: str) -> list[int]:
-  """``axis`` made non-negative for each leaf; an error naming the State
-  where a leaf has too few dimensions."""
+  """``axis`` made non-negative for each leaf of a state with signature
+  ``sig``; an error naming the State where a leaf has too few dimensions."""
   out = []
-  for x in jax.tree.leaves(value):
-    ndim = len(x.shape)
+  for aval in sig[1]:
+    ndim = len(aval.shape)
     if not -ndim <= axis < ndim:
       raise ValueError(
           f"{name}: {argname} gives {state._label()} the batch axis {axis}, "
-          f"but its value {describe_value(value)} has {ndim} dimension"
-          f"{'' if ndim == 1 else 's'}.")
+          f"but its value {describe_signature(sig)} has {ndim} dimension"
+          f"{'' if ndim == 1 else 's'}. No State was changed.")
     out.append(axis % ndim)
   return out
 
@@ -160,8 +160,7 @@ def _member_signature(state: State, sig: Any, axis: int | None,
   if axis is None:
     return sig
   treedef, avals = sig
-  axes = _leaf_axes(state, jax.tree.unflatten(treedef, avals), axis, argname,
-                    name)
+  axes = _leaf_axes(state, sig, axis, argname, name)
   return treedef, tuple(
       jax.core.ShapedArray(a.shape[:ax] + a.shape[ax + 1:], a.dtype)
       for a, ax in zip(avals, axes))
@@ -180,7 +179,8 @@ class _DiscoveryMember(Frame):
     axis = self.cfg.in_axis(state)
     if axis is None:
       return outer_value
-    axes = _leaf_axes(state, outer_value, axis, "state_in_axes", self.name)
+    axes = _leaf_axes(state, signature(outer_value), axis, "state_in_axes",
+                      self.name)
     index = jax.lax.axis_index(self.vmap_axes[0][0])
     leaves, treedef = jax.tree.flatten(outer_value)
     return jax.tree.unflatten(treedef, [
@@ -270,21 +270,29 @@ def _arg_sizes(arg_axes: Any, args: tuple, kwargs: dict) -> list:
 
 
 def _batch_size(cfg: _Config, plan: _Plan, vals: list, arg_sizes: list) -> int:
+  """The one batch size of the batched arguments, the batched States (a
+  write-only one by its own shape) and ``axis_size``; an error naming them
+  where they disagree."""
   sizes = list(arg_sizes)
-  for s, v, axis in zip(plan.reads, vals, plan.in_axes):
-    if axis is not None:
-      for x, ax in zip(jax.tree.leaves(v), _leaf_axes(
-          s, v, axis, "state_in_axes", cfg.name)):
-        sizes.append((f"{s._label()} ({describe_value(v)}) axis {axis}",
-                      x.shape[ax]))
+  read = set(map(id, plan.reads))
+  batched = [(s, signature(v), ax, "state_in_axes")
+             for s, v, ax in zip(plan.reads, vals, plan.in_axes)] + [
+      (s, current_signature(s), ax, "state_out_axes")
+      for s, ax in zip(plan.writes, plan.out_axes) if id(s) not in read]
+  for s, sig, axis, argname in batched:
+    if axis is None:
+      continue
+    for aval, ax in zip(sig[1], _leaf_axes(s, sig, axis, argname, cfg.name)):
+      sizes.append((f"{s._label()} ({describe_signature(sig)}) axis {axis}",
+                    aval.shape[ax]))
   if cfg.axis_size is not None:
     sizes.append(("axis_size", cfg.axis_size))
   if not sizes:
     raise ValueError(
         f"{cfg.name}: nothing is batched: no argument has a batch axis "
         "(in_axes) and no State the function reads is batched "
-        "(state_in_axes). Name the batched States, e.g. state_in_axes={V: 0}, "
-        "or pass axis_size=.")
+        "(state_in_axes / state_out_axes). Name the batched States, e.g. "
+        "state_in_axes={V: 0}, or pass axis_size=.")
   if len({n for _, n in sizes}) > 1:
     raise ValueError(
         f"{cfg.name}: the batched values disagree on the batch size: "

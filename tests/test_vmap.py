@@ -370,3 +370,46 @@ def test_random_draws_sharded_ensemble_equal_unsharded():
                    state_in_specs={V: P("x")})()
   close(a, b)
   assert len({tuple(np.asarray(r)) for r in a}) == 16
+
+
+def test_write_only_states_give_the_batch_size_and_kwargs_are_batched():
+  V = bs.State(jnp.zeros((4, 2)), name="V")
+  rng = bs.RandomState(1, name="rng")
+
+  def reset():
+    V.value = rng.uniform(size=2)
+
+  bs.vmap(reset, state_out_axes={V: 0})()  # size 4, from V's own shape
+  key, sub = jax.random.split(jax.random.key(1))
+  close(V.value, jax.vmap(lambda i: jax.random.uniform(
+      jax.random.fold_in(sub, i), (2,)))(jnp.arange(4)))
+
+  def scaled(x, *, scale):
+    return V.value * x * scale
+
+  out = bs.vmap(scaled, state_in_axes={V: 0})(jnp.ones(4), scale=jnp.arange(4.0))
+  close(out, V.value * jnp.arange(4.0)[:, None])
+
+
+# -- the example --------------------------------------------------------------
+
+
+def _ensemble_example():
+  import pathlib
+  import sys
+  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
+  import ensemble
+  return ensemble
+
+
+def test_ensemble_example_runs_and_sharding_changes_nothing(tmp_path):
+  ensemble = _ensemble_example()
+  plot = tmp_path / "rates.png"
+  result = ensemble.main(["--n", "40", "--members", "8", "--duration", "0.02",
+                          "--devices", "4", "--plot", str(plot)])
+  assert plot.stat().st_size > 1000
+  rates = result["rates"]
+  assert rates.shape == (8,) and (rates > 0).all()
+  one = ensemble.Ensemble(result["weights"], None, n=40).run(20.0)
+  np.testing.assert_array_equal(one, rates)  # same draws, same spikes
+  assert rates[-1] > rates[0]  # more excitation, more spikes
