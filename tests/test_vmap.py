@@ -413,3 +413,25 @@ def test_ensemble_example_runs_and_sharding_changes_nothing(tmp_path):
   one = ensemble.Ensemble(result["weights"], None, n=40).run(20.0)
   np.testing.assert_array_equal(one, rates)  # same draws, same spikes
   assert rates[-1] > rates[0]  # more excitation, more spikes
+
+
+def test_docs_ensemble_demos_run(capsys):
+  import pathlib
+  import re
+  text = (pathlib.Path(__file__).resolve().parents[1] / "docs" /
+          "ensemble.md").read_text()
+  first, second = re.findall(r"```python\n(.*?)```", text, re.S)
+  scope = {}
+  exec(compile(first, "docs/ensemble.md", "exec"), scope)
+  assert "(1000, 8)" in capsys.readouterr().out
+  V, W, tau = scope["V"], scope["W"], scope["tau"]
+
+  def pure(v, _):
+    v = jax.vmap(lambda v, t: v + (-v + W.value @ v + 1.0) / t)(v, tau.value)
+    return v, None
+  v = jax.lax.scan(pure, jnp.zeros((8, 100)), length=1000)[0]
+  close(V.value, v, tol=1e-5)
+  exec(compile(second, "docs/ensemble.md", "exec"), scope)
+  assert "(8,)" in capsys.readouterr().out
+  close(V.value, jax.vmap(lambda v, t: v + (-v + W.value @ v + 1.0) / t)(
+      v, tau.value), tol=1e-5)
