@@ -435,3 +435,22 @@ def test_docs_ensemble_demos_run(capsys):
   assert "(8,)" in capsys.readouterr().out
   close(V.value, jax.vmap(lambda v, t: v + (-v + W.value @ v + 1.0) / t)(
       v, tau.value), tol=1e-5)
+
+
+def test_jax_grad_around_a_reading_vmap_and_cond_inside_members():
+  W = bs.State(jnp.array([1.0, 2.0, 3.0]), name="W")
+  g = jax.grad(lambda x: bs.vmap(lambda xi: (W.value * xi).sum())(x).sum())
+  close(g(jnp.ones((4, 3))), jnp.broadcast_to(W.value, (4, 3)))
+
+  n = bs.State(jnp.zeros(4, jnp.int32), name="n")
+
+  def member(x):
+    return bs.cond(x > 0, lambda: bump(x), lambda: x)
+
+  def bump(x):
+    n.value = n.value + 1
+    return 2 * x
+
+  out = bs.vmap(member, state_in_axes={n: 0})(jnp.array([1.0, -1.0, 2.0, 0.0]))
+  close(out, jnp.array([2.0, -1.0, 4.0, 0.0]))
+  np.testing.assert_array_equal(n.value, [1, 0, 1, 0])
