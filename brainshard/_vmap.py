@@ -7,9 +7,11 @@ axis (an ensemble of networks) and the others are shared by all members.
 It works in three steps, like the other transforms:
 
 1. **Discovery** (cached per argument signature): ``fun`` is traced inside a
-   real ``jax.vmap``, so every value has exactly the per-member type it will
-   have. A batched State's first read takes this member's slice of its whole
-   value (indexed by ``jax.lax.axis_index``); no batch size is needed here.
+   real ``jax.vmap``, so every value has exactly its per-member type. A
+   batched State's first read takes this member's slice of its whole value
+   (indexed by ``jax.lax.axis_index``), so the States need not be known
+   before; a State written before it is read is seen without the batch axis
+   its ``state_out_axes`` gives it.
 2. **The pure function** ``member(state_vals, args, kwargs) -> (out,
    written_vals)`` replays ``fun`` in a ``ReplayFrame`` with the per-member
    state values injected, and ``jax.vmap`` maps it with the states' axes
@@ -326,9 +328,8 @@ def _call(cfg: _Config, fun: Callable, args: tuple, kwargs: dict) -> Any:
   try:
     out, new_vals = mapped(cfg.out_axes, plan.out_axes)(vals, args, kwargs)
   except ValueError as e:
-    if "out_axes" not in str(e):
-      raise
-    state = _batched_write(plan, mapped, (vals, args, kwargs))
+    state = (_batched_write(plan, mapped, (vals, args, kwargs))
+             if "out_axes" in str(e) else None)
     if state is None:
       raise
     raise ValueError(
