@@ -186,13 +186,28 @@ class _DiscoveryMember(Frame):
     index = jax.lax.axis_index(self.vmap_axes[0][0])
     leaves, treedef = jax.tree.flatten(outer_value)
     return jax.tree.unflatten(treedef, [
-        jax.lax.dynamic_index_in_dim(x, index, ax, keepdims=False)
+        jax.lax.dynamic_index_in_dim(_whole_along(x, ax), index, ax,
+                                     keepdims=False)
         for x, ax in zip(leaves, axes)])
 
   def inner_signature(self, state: State, outer_sig: Any) -> Any:
     # Asked for a state written before it is read (a write-only state).
     return _member_signature(state, outer_sig, self.cfg.out_axis(state, False),
                              "state_out_axes", self.name)
+
+
+def _whole_along(x: Any, axis: int) -> Any:
+  """``x`` not split along ``axis`` (it may be, under an Explicit mesh);
+  only discovery indexes it, so its other dimensions keep their sharding
+  and the member's type is the one ``jax.vmap`` gives."""
+  sharding = getattr(jax.typeof(x), "sharding", None)
+  spec = getattr(sharding, "spec", None)
+  if spec is None or len(spec) <= axis or spec[axis] is None:
+    return x
+  entries = list(spec)
+  entries[axis] = None
+  return jax.sharding.reshard(x, jax.sharding.NamedSharding(
+      sharding.mesh, jax.sharding.PartitionSpec(*entries)))
 
 
 class _Member(ReplayFrame):

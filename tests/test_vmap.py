@@ -454,3 +454,21 @@ def test_jax_grad_around_a_reading_vmap_and_cond_inside_members():
   out = bs.vmap(member, state_in_axes={n: 0})(jnp.array([1.0, -1.0, 2.0, 0.0]))
   close(out, jnp.array([2.0, -1.0, 4.0, 0.0]))
   np.testing.assert_array_equal(n.value, [1, 0, 1, 0])
+
+
+def test_states_sharded_along_the_batch_axis_at_top_level(axis_type):
+  # An ensemble laid out over a 2-D mesh (members over 'x', neurons over
+  # 'y'), stepped by bs.vmap without shard_map: the compiler shards it.
+  mesh = cached_mesh((4, 2), ("x", "y"), axis_type)
+  net = Ensemble(8, 4)
+  net.V.value = jax.device_put(jnp.arange(32.0).reshape(8, 4) / 32,
+                               NamedSharding(mesh, P("x", "y")))
+  net.tau.value = jax.device_put(net.tau.value, NamedSharding(mesh, P("x")))
+  V0 = net.V.value
+  f = bs.vmap(net.step, in_axes=None, state_in_axes={net.V: 0, net.tau: 0})
+  with jax.set_mesh(mesh):
+    outs = [f(jnp.ones(4)), bs.jit(f)(jnp.ones(4))]
+  V, ref = pure_run(V0, net.tau.value, net.W.value, [jnp.ones(4)] * 2)
+  close(net.V.value, V, tol=1e-5)
+  close(outs[1], ref[1], tol=1e-5)
+  assert net.V.value.sharding.spec[0] == "x"
