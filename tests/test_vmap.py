@@ -174,9 +174,8 @@ def test_write_only_batched_state_needs_state_out_axes():
   seen = []
 
   def step():
-    seen.append(rec.value.shape if False else None)
     rec.value = jnp.stack([V.value, 2 * V.value])  # per member: (2,)
-    seen[-1] = jax.typeof(rec.value).shape
+    seen.append(jax.typeof(rec.value).shape)
     return V.value
 
   with pytest.raises(ValueError, match="'rec'"):
@@ -472,3 +471,26 @@ def test_states_sharded_along_the_batch_axis_at_top_level(axis_type):
   close(net.V.value, V, tol=1e-5)
   close(outs[1], ref[1], tol=1e-5)
   assert net.V.value.sharding.spec[0] == "x"
+
+
+def test_random_draws_in_a_loop_inside_members_match_hand_written():
+  rng = bs.RandomState(0, name="rng")
+  V = bs.State(jnp.zeros((4, 2)), name="V")
+
+  def step(_):
+    V.value = V.value + rng.normal(size=2)
+
+  def run():
+    bs.for_loop(step, jnp.arange(3))
+    return V.value
+
+  a = bs.vmap(run, state_in_axes={V: 0})()
+  key, v = jax.random.key(0), jnp.zeros((4, 2))
+  for _ in range(3):  # per step: one split, each member folds in its index
+    key, sub = jax.random.split(key)
+    v = v + jax.vmap(lambda i: jax.random.normal(
+        jax.random.fold_in(sub, i), (2,)))(jnp.arange(4))
+  close(a, v, tol=1e-5)
+  rng.seed(0)
+  V.value = jnp.zeros((4, 2))
+  close(bs.vmap(bs.jit(run), state_in_axes={V: 0})(), a)
