@@ -10,6 +10,7 @@ from brainshard._transforms.shard_map import shard_map
 from brainshard._simulation.progress import ProgressBar
 from brainshard._transforms.loops import for_loop, scan, while_loop
 from brainshard._transforms.cond import cond, switch
+from brainshard._transforms.vmap import vmap
 from brainshard._simulation.random import RandomState
 from brainshard import random
 from brainshard._core.axes import axis_rules, current_axis_rules
@@ -24,7 +25,7 @@ __all__ = [
     "State", "ParamState", "ShortTermState", "LongTermState",
     "StateTraceError", "RandomState",
     # transforms
-    "StatefulFunction", "jit", "shard_map", "clear_caches",
+    "StatefulFunction", "jit", "shard_map", "vmap", "clear_caches",
     # simulation drivers
     "for_loop", "scan", "while_loop", "cond", "switch", "ProgressBar",
     "random",

@@ -60,11 +60,20 @@ def _as_key(seed_or_key: Any, owner: str) -> jax.Array:
 
 
 def _shard_index() -> Any:
-  """This shard's linear index over all manual axes (None outside)."""
+  """This shard's linear index over all manual axes, extended by the member
+  index of every enclosing ``bs.vmap`` (None outside both).
+
+  A ``bs.vmap`` member's frame carries ``vmap_axes``: ``((axis name,
+  size),)``. An ensemble sharded over a mesh axis with B/n members per shard
+  thus draws what the unsharded ensemble draws (index = global member).
+  """
   axes = manual_axes()
-  if not axes:
-    return None
-  return jax.lax.axis_index(tuple(a for a, _ in axes))
+  index = jax.lax.axis_index(tuple(a for a, _ in axes)) if axes else None
+  for frame in frame_stack():
+    for name, size in getattr(frame, "vmap_axes", ()):
+      member = jax.lax.axis_index(name)
+      index = member if index is None else index * size + member
+  return index
 
 
 class RandomState(State):
