@@ -16,13 +16,16 @@ import re
 import sys
 import threading
 import weakref
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
 
 from brainshard._core import compat
 from brainshard._core.errors import StateTraceError
+
+if TYPE_CHECKING:
+  from brainshard._core.frames import Frame
 
 __all__ = [
     "State", "ParamState", "ShortTermState", "LongTermState",

@@ -8,68 +8,38 @@ inside ``jax.shard_map``, so per-shard shapes and varying axes are those of
 the real call.
 
 Called eagerly, the whole thing runs under one cached ``jax.jit`` per mesh
-(see :class:`~brainshard._transforms.jit.StatefulJit`), so repeated calls re-run no
+(see :class:`~brainshard._core.program.StatefulJit`), so repeated calls re-run no
 Python and compile nothing new. Called under another brainshard transform, it
 emits ``jax.shard_map`` into that trace.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Any, Callable, Hashable, NamedTuple, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from brainshard._core import compat
+from brainshard._core.args import Call, StaticArgs, copy_metadata, fun_name
 from brainshard._core.axes import (
     Rules, current_rules, freeze_rules, merged_rules, using_rules)
-from brainshard._core.args import Call, StaticArgs, copy_metadata, fun_name
 from brainshard._core.caches import Cache
-from brainshard._core.discovery import discover
 from brainshard._core.frames import (
-    Frame, ReplayFrame, current_signature, gather_values, replay,
-    write_results)
-from brainshard._core.program import StatefulJit
+    current_signature, gather_values, replay, write_results)
 from brainshard._core.placement import Placement, PlacementHint, canonical_spec
+from brainshard._core.program import StatefulJit
 from brainshard._core.specs import (
-    NO_MATCH, StateSpecs, arg_leaf_specs, check_kwarg_specs, check_spec,
-    check_state_specs_arg,
-    explicit_spec, has_explicit_axes, leaf_specs, manual_spec, match_state_spec,
-    resolve_state_spec, shard_aval, spec_axes)
-from brainshard._core.state import (
-    Signature, State, _frames, describe_signature, signature)
+    StateSpecs, check_kwarg_specs, check_spec, check_state_specs_arg,
+    has_explicit_axes, manual_spec, spec_axes)
+from brainshard._core.state import State, _frames
+from brainshard._transforms.shard_frames import ShardFrame, reshard
+from brainshard._transforms.shard_plan import Plan, ShardPlanning, spec_tree
 
 __all__ = ["shard_map", "ShardMappedFunction"]
 
 
-def _spec_tree(treedef: Any, specs: Sequence[P]) -> Any:
-  return jax.tree.unflatten(treedef, list(specs))
-
-
-class _Signature(NamedTuple):
-  mesh: Any
-  rules: Rules   # logical-axis rules in effect
-  static: tuple  # values of the static arguments
-  treedef: Any
-  avals: tuple
-
-
-class _Plan(NamedTuple):
-  """Everything fixed for one mesh and argument signature.
-
-  State specs are *global* layouts (they may name automatic axes under a
-  partially manual shard_map); argument specs are shard_map's in_specs.
-  """
-  reads: tuple[State, ...]
-  writes: tuple[State, ...]
-  read_specs: dict[int, list[P]]   # id(state) -> per-leaf in specs
-  write_specs: dict[int, list[P]]  # id(state) -> per-leaf out specs
-  arg_specs: list[list[P]]         # per dynamic positional arg, per leaf
-  kwarg_specs: dict[str, list[P]]  # per dynamic keyword arg, per leaf
-
-
-class ShardMappedFunction:
+class ShardMappedFunction(ShardPlanning):
   """The result of :func:`shard_map`: call it like the function it wraps."""
 
   def __init__(self, fun: Callable, mesh: Any, in_specs: Any, out_specs: Any,
@@ -105,28 +75,6 @@ class ShardMappedFunction:
   def __repr__(self) -> str:
     mesh = "from jax.set_mesh" if self.mesh is None else dict(self.mesh.shape)
     return f"<{self.name} mesh={mesh}>"
-
-  # -- mesh -----------------------------------------------------------------
-
-  def _resolve_mesh(self) -> Any:
-    if self.mesh is not None:
-      return self.mesh
-    try:
-      mesh = jax.sharding.get_mesh()
-    except ValueError:  # under jax.jit only the abstract mesh is known
-      mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty:
-      mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty:
-      raise ValueError(
-          f"{self.name} has no mesh: pass mesh=..., or set one with "
-          "`jax.set_mesh(mesh)` around the call.")
-    return mesh
-
-  def _manual_axes(self, mesh: Any) -> tuple[str, ...]:
-    if self.axis_names:
-      return tuple(a for a in mesh.axis_names if a in self.axis_names)
-    return tuple(mesh.axis_names)
 
   # -- calling --------------------------------------------------------------
 
@@ -185,185 +133,6 @@ class ShardMappedFunction:
                        place_targets=placement.fast_targets,
                        can_donate=can_donate)
 
-  # -- planning -------------------------------------------------------------
-
-  def _plan(self, mesh: Any, args: tuple, kwargs: dict) -> _Plan:
-    return self._plan_call(mesh, self.static.split(args, kwargs))
-
-  def _plan_call(self, mesh: Any, call: Call) -> _Plan:
-    leaves, treedef = jax.tree.flatten((call.args, call.kwargs))
-    for leaf in leaves:
-      if isinstance(leaf, State):
-        raise TypeError(
-            f"{self.name} was passed {leaf._label()} as an argument. States "
-            "are not arguments: close over the State in the function (read "
-            "`state.value` inside it) and shard_map places it per "
-            "state_in_specs.")
-    try:
-      key = _Signature(mesh, current_rules(), call.static, treedef,
-                       tuple(map(self._aval_key, leaves)))
-      plan = self._plans.get(key)
-    except TypeError as e:
-      raise TypeError(
-          f"{self.name}: static arguments must be hashable ({e}).") from None
-    if plan is None:
-      plan = self._plans[key] = self._build_plan(mesh, call)
-    return plan
-
-  def _aval_key(self, x: Any) -> Hashable:
-    # Placement changes an argument's sharding but not the plan, unless the
-    # specs are inferred from the arguments' own shardings.
-    aval = jax.typeof(x)
-    if self.in_specs is None:
-      return aval
-    return aval.shape, aval.dtype, aval.weak_type
-
-  def _manual(self, mesh: Any) -> frozenset | None:
-    """The manual axes when only some are manual, else None."""
-    return frozenset(self._manual_axes(mesh)) if self.axis_names else None
-
-  def _check_manual(self, spec: P, mesh: Any, owner: str) -> None:
-    manual = self._manual(mesh)
-    if manual is None:
-      return
-    auto = [a for a in spec_axes(spec) if a not in manual]
-    if auto:
-      raise ValueError(
-          f"{owner}: its spec {spec} names mesh axis {auto[0]!r}, but this "
-          f"shard_map is manual only over {tuple(sorted(manual))} "
-          f"(axis_names); the other axes are sharded by the compiler and may "
-          "not appear in argument specs.")
-
-  def arg_specs(self, mesh: Any, args: tuple) -> list[list[P]]:
-    manual = self._manual(mesh)
-
-    def infer(x):  # an argument's own layout; under partial manual, its
-      spec = explicit_spec(jax.typeof(x), mesh)  # manual part
-      return P() if spec is None else manual_spec(spec, manual)
-    specs = arg_leaf_specs(self.in_specs, args, infer)
-    for i, (arg, arg_specs) in enumerate(zip(args, specs)):
-      self._check_leaves(mesh, arg, arg_specs,
-                         f"{self.name}: positional argument {i}")
-    return specs
-
-  def _kwarg_specs(self, mesh: Any, kwargs: dict) -> dict[str, list[P]]:
-    out = {}
-    for k, v in kwargs.items():
-      owner = f"{self.name}: keyword argument {k!r}"
-      out[k] = leaf_specs(self.kwarg_specs.get(k, P()), v, owner)
-      self._check_leaves(mesh, v, out[k], owner)
-    return out
-
-  def _check_leaves(self, mesh: Any, arg: Any, specs: list[P],
-                    prefix: str) -> None:
-    for (path, leaf), spec in zip(
-        jax.tree_util.tree_flatten_with_path(arg)[0], specs):
-      owner = (f"{prefix}{jax.tree_util.keystr(path)} "
-               f"({jax.typeof(leaf).str_short()})")
-      check_spec(spec, jax.typeof(leaf).shape, mesh, owner)
-      self._check_manual(spec, mesh, owner)
-
-  def _state_in_specs(self, state: State, sig: Signature, mesh: Any,
-                      which: str = "state_in_specs") -> list[P]:
-    treedef, avals = sig
-    value = jax.tree.unflatten(treedef, avals)
-    spec = resolve_state_spec(state, self.state_in_specs, mesh=mesh,
-                              value=value)
-    owner = f"{self.name}: {state._label()} ({describe_signature(sig)})"
-    specs = leaf_specs(spec, value, owner)
-    for s, aval in zip(specs, avals):
-      check_spec(s, aval.shape, mesh, f"{owner}, {which} {s}")
-    return specs
-
-  def _state_out_specs(self, state: State, sig: Signature, mesh: Any,
-                       in_specs: list[P]) -> list[P]:
-    """Where a written state leaves: ``state_out_specs``, else as it came."""
-    out = match_state_spec(state, self.state_out_specs)
-    if out is NO_MATCH:
-      return in_specs
-    owner = f"{self.name}: {state._label()} ({describe_signature(sig)})"
-    specs = leaf_specs(out, jax.tree.unflatten(*sig), owner)
-    for s, aval in zip(specs, sig[1]):
-      check_spec(s, aval.shape, mesh, f"{owner}, state_out_specs {s}")
-    return specs
-
-  def _build_plan(self, mesh: Any, call: Call) -> _Plan:
-    arg_specs = self.arg_specs(mesh, call.args)
-    kwarg_specs = self._kwarg_specs(mesh, call.kwargs)
-    manual = self._manual(mesh)
-    read_specs: dict[int, list[P]] = {}
-    touched: list[tuple[State, list[P]]] = []
-
-    def state_specs(state: State, sig: Signature) -> list[P]:
-      specs = read_specs.get(id(state))
-      if specs is None:
-        specs = read_specs[id(state)] = self._state_in_specs(state, sig, mesh)
-        touched.append((state, specs))
-      return specs
-
-    def out_specs(state: State, sig: Signature) -> list[P]:
-      return self._state_out_specs(state, sig, mesh, state_specs(state, sig))
-
-    frames: list[_DiscoveryShardFrame] = []
-
-    def body(read_vals, dyn_args, dyn_kwargs):
-      args, kwargs = call.rebuild(dyn_args, dyn_kwargs)
-      frame = _DiscoveryShardFrame(self.name, mesh, manual, state_specs,
-                                   out_specs)
-      frames.append(frame)
-      with frame:
-        self.fun(*args, **kwargs)
-      return (), []
-
-    def traced(*leaves):
-      dyn_args, dyn_kwargs = jax.tree.unflatten(treedef, leaves)
-      # The discovery frame turns a state's first read into a new input of
-      # this trace (whole, unsharded); the body closes over it and cuts out
-      # its block, so per-shard types are those of the real call.
-      self._map(mesh, body, Call(dyn_args, dyn_kwargs, call.static),
-                arg_specs, kwarg_specs, [], [], ((), []))
-
-    leaves, treedef = call.flat()
-    try:
-      discover(traced, [
-          jax.ShapeDtypeStruct(jax.typeof(x).shape, jax.typeof(x).dtype)
-          for x in leaves], self.name, state_signature=_unsharded)
-    except (TypeError, ValueError) as e:
-      self._explain_replicated_states(e, touched)
-      raise
-    frame = frames[-1]
-    reads = tuple(frame.input_states())
-    writes = tuple(frame.written_states())
-
-    write_specs = {id(s): out_specs(s, current_signature(s)) for s in writes}
-    return _Plan(reads, writes, {id(s): read_specs[id(s)] for s in reads},
-                 write_specs, arg_specs, kwarg_specs)
-
-  def _explain_replicated_states(self, e: Exception,
-                                 touched: list[tuple[State, list[P]]]) -> None:
-    """Re-raises a shape error that involves a replicated state's global
-    shape with the fix (declare its spec) in the message itself."""
-    # Only where the error is about a replicated state's (global) shape: a
-    # user's own exception must arrive exactly as raised.
-    message = str(e)
-    replicated = [s for s, specs in touched
-                  if all(len(p) == 0 for p in specs)
-                  and any(a.shape and str(tuple(a.shape)) in message
-                          for a in current_signature(s)[1])]
-    if not replicated:
-      return
-    names = ", ".join(
-        f"{s._label()} ({describe_signature(current_signature(s))})"
-        for s in replicated)
-    example = replicated[0].name or "state"
-    axis = self._manual_axes(self._resolve_mesh())[0]
-    raise type(e)(
-        f"{e}\n\n{self.name} runs the function on per-shard values. These "
-        f"states were read replicated (whole on every shard, spec P()): "
-        f"{names}. If a state should be split across the mesh like the data, "
-        f"declare it: state_in_specs={{{example}: P({axis!r})}} (or give the "
-        "State a spec= or axes=).") from e
-
   # -- the traced call ------------------------------------------------------
 
   def _traced_call(self, mesh: Any, args: tuple, kwargs: dict) -> Any:
@@ -379,10 +148,10 @@ class ShardMappedFunction:
         check_spec(spec, jax.typeof(x).shape, mesh,
                    f"{self.name}: {s._label()}, state_in_specs {spec}")
     read_spec_trees = [
-        _spec_tree(jax.tree.structure(v), plan.read_specs[id(s)])
+        spec_tree(jax.tree.structure(v), plan.read_specs[id(s)])
         for s, v in zip(plan.reads, read_vals)]
     write_spec_trees = [
-        _spec_tree(current_signature(s)[0], plan.write_specs[id(s)])
+        spec_tree(current_signature(s)[0], plan.write_specs[id(s)])
         for s in plan.writes]
     out, new_vals = self._map(
         mesh, self._body(mesh, plan, call), call, plan.arg_specs,
@@ -391,7 +160,7 @@ class ShardMappedFunction:
     write_results(list(plan.writes), new_vals, self.name)
     return out
 
-  def _hint_placements(self, mesh: Any, plan: _Plan) -> None:
+  def _hint_placements(self, mesh: Any, plan: Plan) -> None:
     """Tells the enclosing discoveries where each state is read and left,
     so the compiled program's inputs can be placed there up front."""
     frame = _frames.stack[-1]
@@ -413,18 +182,18 @@ class ShardMappedFunction:
     """
     manual = self._manual(mesh)
     arg_spec_trees = tuple(
-        _spec_tree(jax.tree.structure(a), specs)
+        spec_tree(jax.tree.structure(a), specs)
         for a, specs in zip(call.args, arg_specs))
     kwarg_spec_trees = {
-        k: _spec_tree(jax.tree.structure(v), kwarg_specs[k])
+        k: spec_tree(jax.tree.structure(v), kwarg_specs[k])
         for k, v in call.kwargs.items()}
     dyn_args, dyn_kwargs = call.args, call.kwargs
     if has_explicit_axes(mesh):
-      read_vals = [_reshard(v, t, mesh, manual)
+      read_vals = [reshard(v, t, mesh, manual)
                    for v, t in zip(read_vals, read_spec_trees)]
-      dyn_args = tuple(_reshard(a, t, mesh, manual)
+      dyn_args = tuple(reshard(a, t, mesh, manual)
                        for a, t in zip(dyn_args, arg_spec_trees))
-      dyn_kwargs = _reshard(dyn_kwargs, kwarg_spec_trees, mesh, manual)
+      dyn_kwargs = reshard(dyn_kwargs, kwarg_spec_trees, mesh, manual)
 
     def sm(tree):  # shard_map specs name only the manual axes
       if manual is None:
@@ -441,12 +210,12 @@ class ShardMappedFunction:
         check_vma=self.check_vma)
     return mapped(read_vals, dyn_args, dyn_kwargs)
 
-  def _body(self, mesh: Any, plan: _Plan, call: Call) -> Callable:
+  def _body(self, mesh: Any, plan: Plan, call: Call) -> Callable:
     axes = tuple((a, mesh.shape[a]) for a in self._manual_axes(mesh))
 
     def body(read_vals, dyn_args, dyn_kwargs):
       args, kwargs = call.rebuild(dyn_args, dyn_kwargs)
-      frame = _ShardFrame(self.name, mesh, plan, axes, self._manual(mesh))
+      frame = ShardFrame(self.name, mesh, plan, axes, self._manual(mesh))
       out, new_vals = replay(frame, self.fun, args, kwargs,
                              zip(plan.reads, read_vals), plan.writes,
                              "inside shard_map")
@@ -456,7 +225,7 @@ class ShardMappedFunction:
     body.__name__ = body.__qualname__ = fun_name(self.fun)
     return body
 
-  def _check_replicated_writes(self, mesh: Any, plan: _Plan,
+  def _check_replicated_writes(self, mesh: Any, plan: Plan,
                                new_vals: list[Any]) -> None:
     manual = set(self._manual_axes(mesh))
     for s, v in zip(plan.writes, new_vals):
@@ -474,133 +243,6 @@ class ShardMappedFunction:
               "match), or make it equal on every shard with jax.lax.psum or "
               f"pmean over {axis!r} (an all_gather result still counts as "
               "per-shard data; pass check_vma=False to store it).")
-
-
-class _ShardFrame(ReplayFrame):
-  """The frame of a shard_map body.
-
-  States have per-shard shapes here, also the ones that are written without
-  being read first. ``manual_axes`` (``(axis name, size)`` per manual mesh
-  axis) lets code that must act per shard (random draws, progress reports)
-  find the shard_map bodies it runs in (see ``brainshard._transforms.control``).
-  """
-
-  def __init__(self, name: str, mesh: Any, plan: _Plan,
-               manual_axes: tuple[tuple[str, int], ...],
-               manual: frozenset | None):
-    super().__init__(name)
-    self.mesh = mesh
-    self.plan = plan
-    self.manual_axes = manual_axes
-    self._manual = manual
-
-  def inner_signature(self, state: State, outer_sig: Signature) -> Signature:
-    specs = self.plan.write_specs.get(id(state))
-    if specs is None:
-      return outer_sig
-    return _shard_signature(outer_sig, specs, self.mesh, self._manual)
-
-  def write_signature(self, state: State) -> Signature:
-    outer = _outer_signature(self, state)
-    specs = self.plan.write_specs.get(id(state))
-    if specs is None:  # not written when discovered: replay reports it
-      return self.signature_of(state)
-    return _shard_signature(outer, specs, self.mesh, self._manual)
-
-
-def _unsharded(state: State, sig: Signature) -> Signature:
-  """A state's whole value as a plain aval (no Explicit sharding type)."""
-  treedef, avals = sig
-  return treedef, tuple(compat.ShapedArray(a.shape, a.dtype) for a in avals)
-
-
-def _local_block(x: Any, spec: P, mesh: Any) -> Any:
-  """This shard's block of a whole value ``x`` split by ``spec``: what
-  ``shard_map``'s in_specs would hand the body, varying over those axes."""
-  sizes = dict(mesh.shape)
-  for dim, entry in enumerate(spec):
-    if entry is None:
-      continue
-    axes = entry if isinstance(entry, tuple) else (entry,)
-    index = 0
-    for a in axes:  # the first axis is the major one, as in a spec
-      index = index * sizes[a] + jax.lax.axis_index(a)
-    size = x.shape[dim] // math.prod(sizes[a] for a in axes)
-    x = jax.lax.dynamic_slice_in_dim(x, index * size, size, axis=dim)
-  return x
-
-
-class _DiscoveryShardFrame(Frame):
-  """Discovers a shard_map body's states while it runs inside a real
-  ``jax.shard_map``, so per-shard types (varying axes) are exactly those of
-  the real call: a state's first read takes the whole value from the outer
-  discovery trace and cuts out this shard's block."""
-
-  def __init__(self, name: str, mesh: Any, manual: frozenset | None,
-               state_specs: Callable[[State, Signature], list[P]],
-               out_specs: Callable[[State, Signature], list[P]]):
-    super().__init__(name)
-    self.mesh = mesh
-    self.manual = manual
-    self.state_specs = state_specs
-    self.out_specs = out_specs
-
-  def first_read(self, state: State, outer_value: Any) -> Any:
-    specs = self.state_specs(state, signature(outer_value))
-    leaves, treedef = jax.tree.flatten(outer_value)
-    return jax.tree.unflatten(treedef, [
-        _local_block(x, manual_spec(spec, self.manual), self.mesh)
-        for x, spec in zip(leaves, specs)])
-
-  def inner_signature(self, state: State, outer_sig: Signature) -> Signature:
-    return _shard_signature(outer_sig, self.state_specs(state, outer_sig),
-                            self.mesh, self.manual)
-
-  def write_signature(self, state: State) -> Signature:
-    outer = _outer_signature(self, state)
-    return _shard_signature(outer, self.out_specs(state, outer), self.mesh,
-                            self.manual)
-
-
-def _outer_signature(frame: Frame, state: State) -> Signature:
-  """The state's (global) signature outside a shard_map body's frame."""
-  if frame.parent is not None:
-    return frame.parent.signature_of(state)
-  return state._global_signature()
-
-
-def _shard_signature(sig: Signature, specs: Sequence[P], mesh: Any,
-                     manual: frozenset | None) -> Signature:
-  """Per-shard signature of a state whose leaves are split by ``specs``."""
-  treedef, avals = sig
-  return treedef, tuple(shard_aval(a, manual_spec(spec, manual), mesh)
-                        for a, spec in zip(avals, specs))
-
-
-def _reshard(value: Any, spec_tree: Any, mesh: Any,
-             manual: frozenset | None = None) -> Any:
-  """Reshards Explicit-mode leaves whose sharding type differs from the
-  spec (over the ``manual`` axes only, when only some are manual); values
-  already placed right pass through untouched."""
-  def one(spec, sub):
-    def leaf(x):
-      aval = jax.typeof(x)
-      x_spec = explicit_spec(aval, mesh)
-      ndim = aval.ndim
-      if x_spec is not None and canonical_spec(
-          manual_spec(x_spec, manual), ndim) == canonical_spec(
-              manual_spec(spec, manual), ndim):
-        return x
-      sharding = getattr(aval, "sharding", None)
-      if (not spec_axes(spec) and sharding is not None
-          and sharding.mesh.empty):
-        # An unsharded value entering replicated needs no constraint (and
-        # pure jax.shard_map emits none): keeps the program identical.
-        return x
-      return jax.sharding.reshard(x, NamedSharding(mesh, spec))
-    return jax.tree.map(leaf, sub)
-  return jax.tree.map(one, spec_tree, value,
-                      is_leaf=lambda x: isinstance(x, P) or x is None)
 
 
 def shard_map(fun: Callable | None = None, mesh: Any = None,

@@ -27,114 +27,21 @@ At top level the whole call runs in one cached ``jax.jit``
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Hashable, Mapping, NamedTuple
+from typing import Any, Callable, Hashable, NamedTuple
 
 import jax
 
 from brainshard._core import compat
-from brainshard._core.args import fun_name
-from brainshard._core.caches import Cache
 from brainshard._core.discovery import discover
 from brainshard._core.frames import (
     Frame, ReplayFrame, current_signature, gather_values, replay,
     write_results)
 from brainshard._core.state import (
     State, describe_signature, describe_value, frame_stack, signature)
-from brainshard._simulation.random import RandomState
 from brainshard._transforms.control import eager_call, is_eager
+from brainshard._transforms.vmap_axes import StateAxes, VmapConfig
 
 __all__ = ["vmap"]
-
-# `state_in_axes` / `state_out_axes`: None, an int, or a dict keyed by States,
-# State subclasses or predicates `(state) -> bool`, with int (or None) values.
-StateAxes = Any
-_NO_MATCH = object()
-
-
-def _check_state_axes(axes: StateAxes, argname: str, name: str) -> None:
-  if axes is None or (isinstance(axes, int) and not isinstance(axes, bool)):
-    return
-  if not isinstance(axes, Mapping):
-    raise TypeError(
-        f"{name}: {argname} must be None, an int, or a dict keyed by States, "
-        f"State subclasses or predicates; got {type(axes).__name__}.")
-  for key, axis in axes.items():
-    if not (isinstance(key, State) or (
-        isinstance(key, type) and issubclass(key, State)) or (
-        callable(key) and not isinstance(key, type))):
-      raise TypeError(
-          f"{name}: {argname} has the key {key!r}; keys must be States, State "
-          "subclasses (matching instances) or predicates `(state) -> bool`.")
-    if axis is not None and (not isinstance(axis, int) or isinstance(axis, bool)):
-      raise TypeError(
-          f"{name}: {argname} maps {key!r} to {axis!r}; values must be ints "
-          "(the batch axis of the State's value) or None (not batched).")
-
-
-def _match(state: State, axes: StateAxes) -> Any:
-  """The axis ``axes`` gives ``state``, or _NO_MATCH. An int covers every
-  State except RandomStates (their keys are shared and each member folds in
-  its index, see brainshard/_random.py); a dict matches the State itself
-  first, then State-subclass and predicate keys in dict order."""
-  if axes is None:
-    return _NO_MATCH
-  if isinstance(axes, int):
-    return _NO_MATCH if isinstance(state, RandomState) else axes
-  for key, axis in axes.items():
-    if key is state:
-      return axis
-  for key, axis in axes.items():
-    if isinstance(key, State):
-      continue
-    if (isinstance(state, key) if isinstance(key, type) else key(state)):
-      return axis
-  return _NO_MATCH
-
-
-def _freeze(tree: Any) -> Hashable:
-  if isinstance(tree, Mapping):  # state axes: keys are hashed by identity
-    return tuple(tree.items())
-  leaves, treedef = jax.tree.flatten(tree, is_leaf=lambda x: x is None)
-  return tuple(leaves), treedef
-
-
-class _Config:
-  """One ``bs.vmap``'s arguments, and its cache of discoveries."""
-
-  def __init__(self, fun, in_axes, out_axes, state_in_axes, state_out_axes,
-               axis_name, axis_size):
-    self.name = f"bs.vmap({fun_name(fun)})"
-    _check_state_axes(state_in_axes, "state_in_axes", self.name)
-    _check_state_axes(state_out_axes, "state_out_axes", self.name)
-    self.in_axes = tuple(in_axes) if isinstance(in_axes, list) else in_axes
-    self.out_axes = out_axes
-    self.state_in_axes = state_in_axes
-    self.state_out_axes = state_out_axes
-    self.axis_name = axis_name
-    self.axis_size = None if axis_size is None else int(axis_size)
-    self.key = ("vmap", _freeze(self.in_axes), _freeze(out_axes),
-                _freeze(state_in_axes), _freeze(state_out_axes), axis_name,
-                self.axis_size)
-    self.plans: Cache = Cache()
-
-  def in_axis(self, state: State) -> int | None:
-    axis = _match(state, self.state_in_axes)
-    return None if axis is _NO_MATCH else axis
-
-  def out_axis(self, state: State, read: bool) -> int | None:
-    """Where a written state keeps its batch axis: ``state_out_axes``, else
-    its in-axis if it is read, else an explicit dict entry of
-    ``state_in_axes`` (an int covers only the states read)."""
-    axis = _match(state, self.state_out_axes)
-    if axis is not _NO_MATCH:
-      return axis
-    if read or not isinstance(self.state_in_axes, int):
-      return self.in_axis(state)
-    return None
-
-  def impl(self, fun: Callable) -> Callable:
-    return lambda args, kwargs: _call(self, fun, args, kwargs)
-
 
 class _Plan(NamedTuple):
   reads: tuple[State, ...]         # read before written, first-touch order
@@ -176,7 +83,7 @@ class _DiscoveryMember(Frame):
   """One member during discovery, inside a real ``jax.vmap``: a batched
   State's first read takes this member's slice of the whole value."""
 
-  def __init__(self, cfg: _Config, axis: tuple[Hashable, int]):
+  def __init__(self, cfg: VmapConfig, axis: tuple[Hashable, int]):
     super().__init__(cfg.name)
     self.cfg = cfg
     self.vmap_axes = (axis,)
@@ -217,7 +124,7 @@ def _whole_along(x: Any, axis: int) -> Any:
 class _Member(ReplayFrame):
   """One member during the real run: every state read is injected."""
 
-  def __init__(self, cfg: _Config, plan: _Plan, axis: tuple[Hashable, int]):
+  def __init__(self, cfg: VmapConfig, plan: _Plan, axis: tuple[Hashable, int]):
     super().__init__(cfg.name)
     self.vmap_axes = (axis,)
     self._out = dict(zip(map(id, plan.writes), plan.out_axes))
@@ -227,7 +134,7 @@ class _Member(ReplayFrame):
                              "state_out_axes", self.name)
 
 
-def _axis_name(cfg: _Config) -> Hashable:
+def _axis_name(cfg: VmapConfig) -> Hashable:
   if cfg.axis_name is not None:
     return cfg.axis_name
   # Unique per nesting level, so draws in nested bs.vmaps fold in both.
@@ -235,7 +142,7 @@ def _axis_name(cfg: _Config) -> Hashable:
   return f"bs.vmap#{depth}"
 
 
-def _discover(cfg: _Config, fun: Callable, args: tuple, kwargs: dict,
+def _discover(cfg: VmapConfig, fun: Callable, args: tuple, kwargs: dict,
               arg_axes: Any, size: int) -> _Plan:
   leaves, treedef = jax.tree.flatten((args, kwargs))
   key = (treedef, tuple(map(jax.typeof, leaves)))
@@ -290,7 +197,7 @@ def _arg_sizes(arg_axes: Any, args: tuple, kwargs: dict) -> list:
   return out
 
 
-def _batch_size(cfg: _Config, plan: _Plan, vals: list, arg_sizes: list) -> int:
+def _batch_size(cfg: VmapConfig, plan: _Plan, vals: list, arg_sizes: list) -> int:
   """The one batch size of the batched arguments, the batched States (a
   write-only one by its own shape) and ``axis_size``; an error naming them
   where they disagree."""
@@ -321,7 +228,7 @@ def _batch_size(cfg: _Config, plan: _Plan, vals: list, arg_sizes: list) -> int:
   return sizes[0][1]
 
 
-def _call(cfg: _Config, fun: Callable, args: tuple, kwargs: dict) -> Any:
+def _call(cfg: VmapConfig, fun: Callable, args: tuple, kwargs: dict) -> Any:
   if isinstance(cfg.in_axes, tuple) and len(cfg.in_axes) != len(args):
     raise ValueError(
         f"{cfg.name}: in_axes has {len(cfg.in_axes)} entries, but the "
@@ -432,13 +339,13 @@ def vmap(fun: Callable | None = None, in_axes: Any = 0, out_axes: Any = 0, *,
     return lambda f: vmap(f, in_axes, out_axes, state_in_axes=state_in_axes,
                           state_out_axes=state_out_axes, axis_name=axis_name,
                           axis_size=axis_size)
-  cfg = _Config(fun, in_axes, out_axes, state_in_axes, state_out_axes,
+  cfg = VmapConfig(fun, in_axes, out_axes, state_in_axes, state_out_axes,
                 axis_name, axis_size)
 
   @functools.wraps(fun)
   def vmapped(*args, **kwargs):
     if is_eager():
-      return eager_call(cfg.name, [fun], cfg.key, cfg.impl, (args, kwargs))
+      return eager_call(cfg.name, [fun], cfg.key, (lambda f: lambda args, kwargs: _call(cfg, f, args, kwargs)), (args, kwargs))
     return _call(cfg, fun, args, kwargs)
 
   return vmapped

@@ -1,0 +1,260 @@
+"""Planning a ``bs.shard_map`` call: the mesh, the specs, the states.
+
+Everything fixed for one mesh and argument signature is a :class:`Plan`:
+which states the body reads and writes, each state's in and out specs, each
+argument's specs. :class:`ShardPlanning` (mixed into the function object)
+makes plans, validating every spec against its shape and mesh before
+anything runs, and discovers the body's states inside a real
+``jax.shard_map``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Hashable, NamedTuple, Sequence
+
+import jax
+from jax.sharding import PartitionSpec as P
+
+from brainshard._core.args import Call
+from brainshard._core.axes import Rules, current_rules
+from brainshard._core.discovery import discover
+from brainshard._core.frames import current_signature
+from brainshard._core.specs import (
+    NO_MATCH, arg_leaf_specs, check_spec, explicit_spec, leaf_specs,
+    manual_spec, match_state_spec, resolve_state_spec, spec_axes)
+from brainshard._core.state import (
+    Signature, State, describe_signature)
+from brainshard._transforms.shard_frames import DiscoveryShardFrame, unsharded
+
+__all__ = ["Plan", "ShardPlanning", "spec_tree"]
+
+
+def spec_tree(treedef: Any, specs: Sequence[P]) -> Any:
+  return jax.tree.unflatten(treedef, list(specs))
+
+
+class _Signature(NamedTuple):
+  mesh: Any
+  rules: Rules   # logical-axis rules in effect
+  static: tuple  # values of the static arguments
+  treedef: Any
+  avals: tuple
+
+
+class Plan(NamedTuple):
+  """Everything fixed for one mesh and argument signature.
+
+  State specs are *global* layouts (they may name automatic axes under a
+  partially manual shard_map); argument specs are shard_map's in_specs.
+  """
+  reads: tuple[State, ...]
+  writes: tuple[State, ...]
+  read_specs: dict[int, list[P]]   # id(state) -> per-leaf in specs
+  write_specs: dict[int, list[P]]  # id(state) -> per-leaf out specs
+  arg_specs: list[list[P]]         # per dynamic positional arg, per leaf
+  kwarg_specs: dict[str, list[P]]  # per dynamic keyword arg, per leaf
+
+
+class ShardPlanning:
+  """Plans for a shard_map'ed function (see the module docstring)."""
+
+  # -- mesh -----------------------------------------------------------------
+
+  def _resolve_mesh(self) -> Any:
+    if self.mesh is not None:
+      return self.mesh
+    try:
+      mesh = jax.sharding.get_mesh()
+    except ValueError:  # under jax.jit only the abstract mesh is known
+      mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+      mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+      raise ValueError(
+          f"{self.name} has no mesh: pass mesh=..., or set one with "
+          "`jax.set_mesh(mesh)` around the call.")
+    return mesh
+
+  def _manual_axes(self, mesh: Any) -> tuple[str, ...]:
+    if self.axis_names:
+      return tuple(a for a in mesh.axis_names if a in self.axis_names)
+    return tuple(mesh.axis_names)
+
+  # -- planning -------------------------------------------------------------
+
+  def _plan(self, mesh: Any, args: tuple, kwargs: dict) -> Plan:
+    return self._plan_call(mesh, self.static.split(args, kwargs))
+
+  def _plan_call(self, mesh: Any, call: Call) -> Plan:
+    leaves, treedef = jax.tree.flatten((call.args, call.kwargs))
+    for leaf in leaves:
+      if isinstance(leaf, State):
+        raise TypeError(
+            f"{self.name} was passed {leaf._label()} as an argument. States "
+            "are not arguments: close over the State in the function (read "
+            "`state.value` inside it) and shard_map places it per "
+            "state_in_specs.")
+    try:
+      key = _Signature(mesh, current_rules(), call.static, treedef,
+                       tuple(map(self._aval_key, leaves)))
+      plan = self._plans.get(key)
+    except TypeError as e:
+      raise TypeError(
+          f"{self.name}: static arguments must be hashable ({e}).") from None
+    if plan is None:
+      plan = self._plans[key] = self._build_plan(mesh, call)
+    return plan
+
+  def _aval_key(self, x: Any) -> Hashable:
+    # Placement changes an argument's sharding but not the plan, unless the
+    # specs are inferred from the arguments' own shardings.
+    aval = jax.typeof(x)
+    if self.in_specs is None:
+      return aval
+    return aval.shape, aval.dtype, aval.weak_type
+
+  def _manual(self, mesh: Any) -> frozenset | None:
+    """The manual axes when only some are manual, else None."""
+    return frozenset(self._manual_axes(mesh)) if self.axis_names else None
+
+  def _check_manual(self, spec: P, mesh: Any, owner: str) -> None:
+    manual = self._manual(mesh)
+    if manual is None:
+      return
+    auto = [a for a in spec_axes(spec) if a not in manual]
+    if auto:
+      raise ValueError(
+          f"{owner}: its spec {spec} names mesh axis {auto[0]!r}, but this "
+          f"shard_map is manual only over {tuple(sorted(manual))} "
+          f"(axis_names); the other axes are sharded by the compiler and may "
+          "not appear in argument specs.")
+
+  def arg_specs(self, mesh: Any, args: tuple) -> list[list[P]]:
+    manual = self._manual(mesh)
+
+    def infer(x):  # an argument's own layout; under partial manual, its
+      spec = explicit_spec(jax.typeof(x), mesh)  # manual part
+      return P() if spec is None else manual_spec(spec, manual)
+    specs = arg_leaf_specs(self.in_specs, args, infer)
+    for i, (arg, arg_specs) in enumerate(zip(args, specs)):
+      self._check_leaves(mesh, arg, arg_specs,
+                         f"{self.name}: positional argument {i}")
+    return specs
+
+  def _kwarg_specs(self, mesh: Any, kwargs: dict) -> dict[str, list[P]]:
+    out = {}
+    for k, v in kwargs.items():
+      owner = f"{self.name}: keyword argument {k!r}"
+      out[k] = leaf_specs(self.kwarg_specs.get(k, P()), v, owner)
+      self._check_leaves(mesh, v, out[k], owner)
+    return out
+
+  def _check_leaves(self, mesh: Any, arg: Any, specs: list[P],
+                    prefix: str) -> None:
+    for (path, leaf), spec in zip(
+        jax.tree_util.tree_flatten_with_path(arg)[0], specs):
+      owner = (f"{prefix}{jax.tree_util.keystr(path)} "
+               f"({jax.typeof(leaf).str_short()})")
+      check_spec(spec, jax.typeof(leaf).shape, mesh, owner)
+      self._check_manual(spec, mesh, owner)
+
+  def _state_in_specs(self, state: State, sig: Signature, mesh: Any,
+                      which: str = "state_in_specs") -> list[P]:
+    treedef, avals = sig
+    value = jax.tree.unflatten(treedef, avals)
+    spec = resolve_state_spec(state, self.state_in_specs, mesh=mesh,
+                              value=value)
+    owner = f"{self.name}: {state._label()} ({describe_signature(sig)})"
+    specs = leaf_specs(spec, value, owner)
+    for s, aval in zip(specs, avals):
+      check_spec(s, aval.shape, mesh, f"{owner}, {which} {s}")
+    return specs
+
+  def _state_out_specs(self, state: State, sig: Signature, mesh: Any,
+                       in_specs: list[P]) -> list[P]:
+    """Where a written state leaves: ``state_out_specs``, else as it came."""
+    out = match_state_spec(state, self.state_out_specs)
+    if out is NO_MATCH:
+      return in_specs
+    owner = f"{self.name}: {state._label()} ({describe_signature(sig)})"
+    specs = leaf_specs(out, jax.tree.unflatten(*sig), owner)
+    for s, aval in zip(specs, sig[1]):
+      check_spec(s, aval.shape, mesh, f"{owner}, state_out_specs {s}")
+    return specs
+
+  def _build_plan(self, mesh: Any, call: Call) -> Plan:
+    arg_specs = self.arg_specs(mesh, call.args)
+    kwarg_specs = self._kwarg_specs(mesh, call.kwargs)
+    manual = self._manual(mesh)
+    read_specs: dict[int, list[P]] = {}
+    touched: list[tuple[State, list[P]]] = []
+
+    def state_specs(state: State, sig: Signature) -> list[P]:
+      specs = read_specs.get(id(state))
+      if specs is None:
+        specs = read_specs[id(state)] = self._state_in_specs(state, sig, mesh)
+        touched.append((state, specs))
+      return specs
+
+    def out_specs(state: State, sig: Signature) -> list[P]:
+      return self._state_out_specs(state, sig, mesh, state_specs(state, sig))
+
+    frames: list[DiscoveryShardFrame] = []
+
+    def body(read_vals, dyn_args, dyn_kwargs):
+      args, kwargs = call.rebuild(dyn_args, dyn_kwargs)
+      frame = DiscoveryShardFrame(self.name, mesh, manual, state_specs,
+                                   out_specs)
+      frames.append(frame)
+      with frame:
+        self.fun(*args, **kwargs)
+      return (), []
+
+    def traced(*leaves):
+      dyn_args, dyn_kwargs = jax.tree.unflatten(treedef, leaves)
+      # The discovery frame turns a state's first read into a new input of
+      # this trace (whole, unsharded); the body closes over it and cuts out
+      # its block, so per-shard types are those of the real call.
+      self._map(mesh, body, Call(dyn_args, dyn_kwargs, call.static),
+                arg_specs, kwarg_specs, [], [], ((), []))
+
+    leaves, treedef = call.flat()
+    try:
+      discover(traced, [
+          jax.ShapeDtypeStruct(jax.typeof(x).shape, jax.typeof(x).dtype)
+          for x in leaves], self.name, state_signature=unsharded)
+    except (TypeError, ValueError) as e:
+      self._explain_replicated_states(e, touched)
+      raise
+    frame = frames[-1]
+    reads = tuple(frame.input_states())
+    writes = tuple(frame.written_states())
+
+    write_specs = {id(s): out_specs(s, current_signature(s)) for s in writes}
+    return Plan(reads, writes, {id(s): read_specs[id(s)] for s in reads},
+                 write_specs, arg_specs, kwarg_specs)
+
+  def _explain_replicated_states(self, e: Exception,
+                                 touched: list[tuple[State, list[P]]]) -> None:
+    """Re-raises a shape error that involves a replicated state's global
+    shape with the fix (declare its spec) in the message itself."""
+    # Only where the error is about a replicated state's (global) shape: a
+    # user's own exception must arrive exactly as raised.
+    message = str(e)
+    replicated = [s for s, specs in touched
+                  if all(len(p) == 0 for p in specs)
+                  and any(a.shape and str(tuple(a.shape)) in message
+                          for a in current_signature(s)[1])]
+    if not replicated:
+      return
+    names = ", ".join(
+        f"{s._label()} ({describe_signature(current_signature(s))})"
+        for s in replicated)
+    example = replicated[0].name or "state"
+    axis = self._manual_axes(self._resolve_mesh())[0]
+    raise type(e)(
+        f"{e}\n\n{self.name} runs the function on per-shard values. These "
+        f"states were read replicated (whole on every shard, spec P()): "
+        f"{names}. If a state should be split across the mesh like the data, "
+        f"declare it: state_in_specs={{{example}: P({axis!r})}} (or give the "
+        "State a spec= or axes=).") from e
