@@ -1,5 +1,8 @@
 """brainshard: JAX transforms for plain Python functions that use global States."""
 
+import os as _os
+
+from brainshard._core import compat as _compat
 from brainshard._core.caches import clear_caches
 from brainshard._core.errors import StateTraceError
 from brainshard._core.state import (
@@ -19,6 +22,11 @@ from brainshard._scaleout.describe import StateInfo, StateTable, describe, visua
 from brainshard._scaleout.multihost import gather, init_distributed
 
 __version__ = "0.1.0"
+
+# An error raised while JAX traces a user function points at the user's
+# line: brainshard's frames are filtered out like JAX's own
+# (JAX_TRACEBACK_FILTERING=off shows them).
+_compat.hide_from_tracebacks(_os.path.dirname(_os.path.abspath(__file__)))
 
 __all__ = [
     # states

@@ -550,3 +550,33 @@ def test_exception_in_eager_shard_map_leaves_states_unchanged():
       g(jnp.ones(8))
     assert str(info.value) == "boom"
     snap.check()
+
+
+# -- tracebacks point at the user's line (issue 10) ---------------------------
+
+
+@pytest.mark.parametrize("transform", ["jit", "shard_map", "for_loop", "vmap"])
+def test_error_in_user_code_has_no_brainshard_frames(transform):
+  import os
+  import traceback
+
+  v = bs.State(jnp.zeros(4), name="v")
+
+  def step(x):
+    v.value = v.value + x
+    return v.value.reshape(3)  # the user's bug
+
+  m = jax.make_mesh((1,), ("x",))
+  run = {
+      "jit": lambda: bs.jit(step)(1.0),
+      "shard_map": lambda: bs.shard_map(step, mesh=m, in_specs=P())(1.0),
+      "for_loop": lambda: bs.for_loop(step, jnp.ones(2)),
+      "vmap": lambda: bs.vmap(step, in_axes=0)(jnp.ones(2)),
+  }[transform]
+  with pytest.raises(TypeError, match="cannot reshape") as info:
+    run()
+  package = os.path.dirname(os.path.abspath(bs.__file__))
+  frames = traceback.extract_tb(info.value.__traceback__)
+  assert any(f.name == "step" for f in frames)  # the user's line is there
+  assert not [f.filename for f in frames if f.filename.startswith(package)]
+  np.testing.assert_array_equal(np.asarray(v.value), np.zeros(4))

@@ -20,6 +20,9 @@ internal                                       used for                         
                                                for, checked by identity on the fast path
 ``jax._src.util.clear_all_caches``             dropping JAX's staging caches after a State was  ``jax.clear_caches`` (also
                                                read under ``jax.jit`` inside a brainshard trace  drops executables)
+``jax._src.traceback_util.register_exclusion``  hiding brainshard's frames from the tracebacks     none
+``jax._src.traceback_util.api_boundary``       JAX filters (``JAX_TRACEBACK_FILTERING``); our
+                                               entry points are boundaries like JAX's
 ``jax.extend.core.get_opaque_trace_state``     telling a foreign JAX transform from ours        (jax.extend, semi-public)
 ``jax.extend.core.jaxpr_as_fun``               evaluating a discovery's jaxpr without Python    ``jax.core.eval_jaxpr``
 ``jax.core.Tracer``, ``jax.core.ShapedArray``  is-this-traced checks; per-shard avals           (public, re-exported here)
@@ -32,6 +35,7 @@ from typing import Any
 
 from jax._src import core as _core
 from jax._src import source_info_util as _source_info
+from jax._src import traceback_util as _traceback_util
 from jax._src import util as _util
 from jax._src.array import ArrayImpl
 
@@ -42,7 +46,7 @@ from jax.extend.core import get_opaque_trace_state, jaxpr_as_fun
 __all__ = ["at_top_level", "current_trace", "new_trace_input", "jaxpr_as_fun",
            "Tracer", "ShapedArray", "is_traced", "varying_axes",
             "get_opaque_trace_state", "step_aval", "eager", "under_trace",
-           "forget_staged_closures",
+           "forget_staged_closures", "hide_from_tracebacks", "api_boundary",
            "ArrayImpl"]
 
 # `ArrayImpl` is the concrete type of every jax.Array a computation returns;
@@ -131,6 +135,15 @@ def forget_staged_closures() -> None:
   compiled executables).
   """
   _util.clear_all_caches()
+
+
+api_boundary = _traceback_util.api_boundary  # filters tracebacks below it
+
+
+def hide_from_tracebacks(path: str) -> None:
+  """Leaves frames of files under ``path`` out of the tracebacks JAX filters,
+  so an error points at the user's line, as it does for JAX's own frames."""
+  _traceback_util.register_exclusion(path)
 
 
 def eager() -> Any:

@@ -18,6 +18,7 @@ candidate whose value is not a bare jax.Array held only by its State
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, Callable
 
@@ -30,6 +31,8 @@ __all__ = ["MAX_STATES", "make_entry"]
 # Beyond this many states the generic path's per-state cost is small next to
 # JAX's own per-argument cost, and the generated source would only grow.
 MAX_STATES = 256
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def make_entry(program: Any) -> Callable:
@@ -55,8 +58,9 @@ def make_entry(program: Any) -> Callable:
     lines += ["    " + line for line in _body(program, ns)]
   lines += ["  except _Rediscover as err:",
             "    return _retry(err, args, kwargs)"]
-  code = compile("\n".join(lines), f"<brainshard call {program.owner.name}>",
-                 "exec")
+  # Named inside the package, so filtered tracebacks leave it out too.
+  filename = os.path.join(_HERE, f"<generated call {program.owner.name}>")
+  code = compile("\n".join(lines), filename, "exec")
   exec(code, ns)
   return ns["entry"]
 

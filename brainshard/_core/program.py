@@ -177,6 +177,7 @@ class Program:
       cand, rest, args, kwargs = self.place(self, cand, rest, args, kwargs)
     return mask, self.jitted_for(mask), (*cand, rest, *args), kwargs
 
+  @compat.api_boundary
   def call(self, args, kwargs, compiled=None, fixed_mask=None):
     """Runs the program once: prepare, call, write back (steps 1-5)."""
     if _frames.stack:  # traced: the values read are tracers, no donation
@@ -259,9 +260,11 @@ class StatefulJit:
     self.placements.update(d.placements)
     return d.read_states, d.write_states
 
+  @compat.api_boundary
   def _first_call(self, *args, **kwargs):
     return self.with_program(args, kwargs, lambda p: p.call(args, kwargs))
 
+  @compat.api_boundary
   def retry(self, err: Rediscover, args, kwargs):
     self._grow(err)
     return self.with_program(args, kwargs, lambda p: p.call(args, kwargs))

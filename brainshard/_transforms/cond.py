@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 
 import jax
 
+from brainshard._core import compat
 from brainshard._core.args import fun_name
 from brainshard._core.frames import gather_values, union, write_results
 from brainshard._transforms.control import (
@@ -62,6 +63,7 @@ def _joined_axes(found, writes, values_by_id) -> Any:
   return join_vma(*trees)
 
 
+@compat.api_boundary
 def cond(pred: Any, true_fun: Callable, false_fun: Callable,
          *operands: Any) -> Any:
   """``jax.lax.cond`` for functions that read and write States.
@@ -95,6 +97,7 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable,
   return impl(true_fun, false_fun)(pred, operands)
 
 
+@compat.api_boundary
 def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
   """``jax.lax.switch`` for functions that read and write States.
 

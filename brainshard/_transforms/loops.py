@@ -167,6 +167,7 @@ def _step(fun: Callable, carry: Any, x: tuple) -> tuple[Any, Any]:
   return carry, fun(*x)
 
 
+@compat.api_boundary
 def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None,
          reverse: bool = False, unroll: int | bool = 1,
          pbar: ProgressBar | int | None = None) -> tuple[Any, Any]:
@@ -208,6 +209,7 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None,
   return impl(f)(init, xs)
 
 
+@compat.api_boundary
 def for_loop(f: Callable, *xs: Any, length: int | None = None,
              reverse: bool = False, unroll: int | bool = 1,
              pbar: ProgressBar | int | None = None) -> Any:
@@ -290,6 +292,7 @@ def _while_traced(cond_fun: Callable, body_fun: Callable, init: Any,
   return final
 
 
+@compat.api_boundary
 def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
   """``jax.lax.while_loop`` for functions that read and write States.
 

@@ -78,6 +78,7 @@ class ShardMappedFunction(ShardPlanning):
 
   # -- calling --------------------------------------------------------------
 
+  @compat.api_boundary
   def __call__(self, *args, **kwargs):
     # Logical-axis rules are read while planning, so the rules this call
     # sees are part of every cache key (the eager runner's included).

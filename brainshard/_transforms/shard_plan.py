@@ -241,6 +241,8 @@ class ShardPlanning:
     # Only where the error is about a replicated state's (global) shape: a
     # user's own exception must arrive exactly as raised.
     message = str(e)
+    if "broadcast" not in message and "incompatible shapes" not in message:
+      return  # only a replicated state meeting per-shard data is explained
     replicated = [s for s, specs in touched
                   if all(len(p) == 0 for p in specs)
                   and any(a.shape and str(tuple(a.shape)) in message
@@ -257,4 +259,4 @@ class ShardPlanning:
         f"states were read replicated (whole on every shard, spec P()): "
         f"{names}. If a state should be split across the mesh like the data, "
         f"declare it: state_in_specs={{{example}: P({axis!r})}} (or give the "
-        "State a spec= or axes=).") from e
+        "State a spec= or axes=).").with_traceback(e.__traceback__) from e

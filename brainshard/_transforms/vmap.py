@@ -343,6 +343,7 @@ def vmap(fun: Callable | None = None, in_axes: Any = 0, out_axes: Any = 0, *,
                 axis_name, axis_size)
 
   @functools.wraps(fun)
+  @compat.api_boundary
   def vmapped(*args, **kwargs):
     if is_eager():
       return eager_call(cfg.name, [fun], cfg.key, (lambda f: lambda args, kwargs: _call(cfg, f, args, kwargs)), (args, kwargs))
