@@ -198,7 +198,7 @@ def _conform(state: State, value: Any, ref: Signature, where: str) -> Any:
         f"{describe_value(value)}: the pytree structure differs. Inside a "
         "transform a write must keep the state's structure, shape and dtype.")
   out = []
-  for x, aval in zip(leaves, ref_avals):
+  for x, aval in zip(leaves, ref_avals, strict=True):
     x = to_array(x, owner)
     x_aval = jax.typeof(x)
     if x_aval.dtype != aval.dtype and x_aval.weak_type and (
@@ -279,7 +279,7 @@ def gather_values(states: Sequence[State], where: str) -> list[Any]:
   if frame_stack():
     return [s.value for s in states]
   values = [s._value for s in states]
-  for s, v in zip(states, values):
+  for s, v in zip(states, values, strict=True):
     if v is _UNSET:
       s._global_value()  # raises the "created inside a transform" error
   return values

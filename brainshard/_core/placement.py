@@ -79,7 +79,7 @@ class Placement:
   def _put_tree(self, value: Any, specs: Sequence[P], owner) -> Any:
     leaves, treedef = jax.tree.flatten(value)
     out = []
-    for x, spec in zip(leaves, specs):
+    for x, spec in zip(leaves, specs, strict=True):
       target = self._sharding(spec)
       if not (isinstance(x, jax.Array) and same_placement(x, target)):
         x = self._move(x, target, owner)
@@ -249,20 +249,20 @@ class HintedPlacement:
             for s in states]
 
   def place(self, plan, cand: list, rest: list, args: tuple, kwargs: dict):
-    for i, (x, target) in enumerate(zip(cand, self.targets(plan.cand))):
+    for i, (x, target) in enumerate(zip(cand, self.targets(plan.cand), strict=True)):
       if target is not None:
         leaves, treedef = jax.tree.flatten(x)
         if not all(isinstance(a, jax.Array) and same_placement(a, t)
                    for a, t in zip(leaves, target, strict=True)):
           cand[i] = jax.tree.unflatten(treedef, [
-              jax.device_put(a, t) for a, t in zip(leaves, target)])
+              jax.device_put(a, t) for a, t in zip(leaves, target, strict=True)])
     return cand, rest, args, kwargs
 
   def fast_targets(self, plan):
     """One target per read state for the generated call's inline check
     (None: not checked), or None where a hinted state is a pytree."""
     targets = []
-    for s, t in zip(plan.cand, self.targets(plan.cand)):
+    for s, t in zip(plan.cand, self.targets(plan.cand), strict=True):
       if t is not None and (len(t) != 1 or not isinstance(s._value, jax.Array)):
         return None
       targets.append(None if t is None else _full_rank(t[0], s._value.ndim))

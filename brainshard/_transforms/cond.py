@@ -31,8 +31,8 @@ def _branches_traced(select: Callable, branches: Sequence[Callable],
   writes = union(*(t.write_states for t in found))
   reads = union(*(t.read_states for t in found), writes)
   values = gather_values(reads, name)
-  inputs = list(zip(reads, values))
-  axes = _joined_axes(found, writes, dict(zip(map(id, reads), values)))
+  inputs = list(zip(reads, values, strict=True))
+  axes = _joined_axes(found, writes, dict(zip(map(id, reads), values, strict=True)))
 
   def make(branch: Callable, i: int) -> Callable:
     def run(*ops):
@@ -54,7 +54,7 @@ def _joined_axes(found, writes, values_by_id) -> Any:
   the branches' output structures differ (``lax.cond`` reports that)."""
   trees = []
   for t in found:
-    written = dict(zip(map(id, t.write_states), t.out_avals[1]))
+    written = dict(zip(map(id, t.write_states), t.out_avals[1], strict=True))
     trees.append(vma_tree((t.out_avals[0], [
         written.get(id(s), avals_of(values_by_id[id(s)])) for s in writes])))
   if any(jax.tree.structure(t) != jax.tree.structure(trees[0])

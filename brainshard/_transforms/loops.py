@@ -116,7 +116,7 @@ class _Carry:
     self.const_vals = gather_values(self.consts, name)
 
   def inputs(self, state_vals: Sequence[Any]) -> list[tuple[State, Any]]:
-    return [*zip(self.consts, self.const_vals), *zip(self.states, state_vals)]
+    return [*zip(self.consts, self.const_vals, strict=True), *zip(self.states, state_vals, strict=True)]
 
   def keep_types(self, user_carry: Any, state_vals: list[Any]) -> tuple:
     """Gives a step's outputs the carry's varying axes (a step may return a
@@ -272,7 +272,7 @@ def _while_traced(cond_fun: Callable, body_fun: Callable, init: Any,
   cond_consts = [s for s in cond_touched.read_states
                  if id(s) not in carried and s not in carry.consts]
   cond_vals = gather_values(cond_consts, name)
-  cond_inputs = list(zip(cond_consts, cond_vals))
+  cond_inputs = list(zip(cond_consts, cond_vals, strict=True))
 
   def cond(loop_carry):
     value, state_vals = loop_carry

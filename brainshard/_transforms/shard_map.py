@@ -143,14 +143,14 @@ class ShardMappedFunction(ShardPlanning):
       self._hint_placements(mesh, plan)
     read_vals = gather_values(plan.reads, self.name)
     # The states' values may have changed shape since planning.
-    for s, v in zip(plan.reads, read_vals):
+    for s, v in zip(plan.reads, read_vals, strict=True):
       leaves = jax.tree.leaves(v)
-      for spec, x in zip(plan.read_specs[id(s)], leaves):
+      for spec, x in zip(plan.read_specs[id(s)], leaves, strict=True):
         check_spec(spec, jax.typeof(x).shape, mesh,
                    f"{self.name}: {s._label()}, state_in_specs {spec}")
     read_spec_trees = [
         spec_tree(jax.tree.structure(v), plan.read_specs[id(s)])
-        for s, v in zip(plan.reads, read_vals)]
+        for s, v in zip(plan.reads, read_vals, strict=True)]
     write_spec_trees = [
         spec_tree(current_signature(s)[0], plan.write_specs[id(s)])
         for s in plan.writes]
@@ -191,9 +191,9 @@ class ShardMappedFunction(ShardPlanning):
     dyn_args, dyn_kwargs = call.args, call.kwargs
     if has_explicit_axes(mesh):
       read_vals = [reshard(v, t, mesh, manual)
-                   for v, t in zip(read_vals, read_spec_trees)]
+                   for v, t in zip(read_vals, read_spec_trees, strict=True)]
       dyn_args = tuple(reshard(a, t, mesh, manual)
-                       for a, t in zip(dyn_args, arg_spec_trees))
+                       for a, t in zip(dyn_args, arg_spec_trees, strict=True))
       dyn_kwargs = reshard(dyn_kwargs, kwarg_spec_trees, mesh, manual)
 
     def sm(tree):  # shard_map specs name only the manual axes
@@ -218,7 +218,7 @@ class ShardMappedFunction(ShardPlanning):
       args, kwargs = call.rebuild(dyn_args, dyn_kwargs)
       frame = ShardFrame(self.name, mesh, plan, axes, self._manual(mesh))
       out, new_vals = replay(frame, self.fun, args, kwargs,
-                             zip(plan.reads, read_vals), plan.writes,
+                             zip(plan.reads, read_vals, strict=True), plan.writes,
                              "inside shard_map")
       if self.check_vma:
         self._check_replicated_writes(mesh, plan, new_vals)
@@ -229,8 +229,8 @@ class ShardMappedFunction(ShardPlanning):
   def _check_replicated_writes(self, mesh: Any, plan: Plan,
                                new_vals: list[Any]) -> None:
     manual = set(self._manual_axes(mesh))
-    for s, v in zip(plan.writes, new_vals):
-      for spec, x in zip(plan.write_specs[id(s)], jax.tree.leaves(v)):
+    for s, v in zip(plan.writes, new_vals, strict=True):
+      for spec, x in zip(plan.write_specs[id(s)], jax.tree.leaves(v), strict=True):
         varying = compat.varying_axes(jax.typeof(x)) & manual
         missing = varying - set(spec_axes(spec))
         if missing:

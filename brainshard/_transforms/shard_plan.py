@@ -136,7 +136,7 @@ class ShardPlanning:
       spec = explicit_spec(jax.typeof(x), mesh)  # manual part
       return P() if spec is None else manual_spec(spec, manual)
     specs = arg_leaf_specs(self.in_specs, args, infer)
-    for i, (arg, arg_specs) in enumerate(zip(args, specs)):
+    for i, (arg, arg_specs) in enumerate(zip(args, specs, strict=True)):
       self._check_leaves(mesh, arg, arg_specs,
                          f"{self.name}: positional argument {i}")
     return specs
@@ -166,7 +166,7 @@ class ShardPlanning:
                               value=value)
     owner = f"{self.name}: {state._label()} ({describe_signature(sig)})"
     specs = leaf_specs(spec, value, owner)
-    for s, aval in zip(specs, avals):
+    for s, aval in zip(specs, avals, strict=True):
       check_spec(s, aval.shape, mesh, f"{owner}, {which} {s}")
     return specs
 
@@ -178,7 +178,7 @@ class ShardPlanning:
       return in_specs
     owner = f"{self.name}: {state._label()} ({describe_signature(sig)})"
     specs = leaf_specs(out, jax.tree.unflatten(*sig), owner)
-    for s, aval in zip(specs, sig[1]):
+    for s, aval in zip(specs, sig[1], strict=True):
       check_spec(s, aval.shape, mesh, f"{owner}, state_out_specs {s}")
     return specs
 
