@@ -8,6 +8,9 @@ from brainshard._shard_map import shard_map
 from brainshard._progress import ProgressBar
 from brainshard._loops import for_loop, scan, while_loop
 from brainshard._cond import cond, switch
+from brainshard._autodiff import (
+    grad, hessian, jacfwd, jacrev, jvp, value_and_grad, vjp)
+from brainshard._remat import remat
 from brainshard._random import RandomState
 from brainshard import random
 from brainshard._axes import axis_rules, current_axis_rules
@@ -23,6 +26,8 @@ __all__ = [
     "StateTraceError", "RandomState",
     # transforms
     "StatefulFunction", "jit", "shard_map",
+    "grad", "value_and_grad", "vjp", "jvp", "jacrev", "jacfwd", "hessian",
+    "remat",
     # simulation drivers
     "for_loop", "scan", "while_loop", "cond", "switch", "ProgressBar",
     "random",
