@@ -72,7 +72,7 @@ def test_remat_inside_for_loop_under_grad(policy):
       bs.grad(lambda: loss(rstep), grad_states=w)).make_jaxpr())
   plain = str(bs.StatefulFunction(
       bs.grad(lambda: loss(step), grad_states=w)).make_jaxpr())
-  assert "checkpoint" in text and "checkpoint" not in plain
+  assert "remat" in text and "remat" not in plain
 
 
 def test_eager_remat_writes_states_and_caches():
