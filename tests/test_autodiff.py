@@ -193,6 +193,39 @@ def test_bad_grad_states_leave_states_as_they_were():
     np.testing.assert_array_equal(s.value, v)
 
 
+def test_random_state_and_pytree_state():
+  rng = bs.RandomState(7, name="rng")
+  p = bs.ParamState({"a": jnp.array([1.0, 2.0]), "b": jnp.array(0.5)}, name="p")
+
+  def loss():
+    noise = rng.normal(size=(2,))
+    return jnp.sum((p.value["a"] * p.value["b"] + noise) ** 2)
+
+  key0 = rng.value
+  noise = bs.RandomState(key0).normal(size=(2,))  # the draw loss will make
+  ref = jax.grad(lambda q: jnp.sum((q["a"] * q["b"] + noise) ** 2))(p.value)
+  for run in (bs.grad(loss, grad_states=bs.ParamState),
+              bs.jit(bs.grad(loss, grad_states=bs.ParamState))):
+    rng.value = key0
+    g = run()
+    allclose(g[p], ref)
+    advanced = bs.RandomState(key0)
+    advanced.normal(size=(2,))
+    np.testing.assert_array_equal(jax.random.key_data(rng.value),
+                                  jax.random.key_data(advanced.value))
+
+
+def test_bs_grad_under_foreign_jax_jit():
+  m = Model()
+  read_only = lambda x: pure_loss(m.w.value, m.b.value, 1.5, x)  # noqa: E731
+  gw = reference(m)[0]
+  allclose(jax.jit(bs.grad(read_only, grad_states=m.w))(X), gw)
+  count = m.count.value
+  with pytest.raises(bs.StateTraceError, match="'count'"):
+    jax.jit(bs.grad(m.loss, grad_states=m.w))(X)
+  assert m.count.value is count
+
+
 # ----------------------------------------------------------------------------
 # vjp, jvp, jacobians, hessian
 
