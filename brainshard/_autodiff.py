@@ -25,17 +25,14 @@ differentiable input:
 
 from __future__ import annotations
 
-import weakref
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
-import jax.numpy as jnp
 from jax.extend.core import jaxpr_as_fun
 
 from brainshard._control import eager_call, is_eager
-from brainshard._jit import union
-from brainshard._state import (
-    State, current_signature, describe_signature, write_results)
+from brainshard._grad_states import Selection, freeze, select
+from brainshard._state import write_results
 from brainshard._stateful import StatefulFunction, fun_name
 
 __all__ = ["grad", "value_and_grad", "vjp", "jvp", "jacrev", "jacfwd",
@@ -43,139 +40,11 @@ __all__ = ["grad", "value_and_grad", "vjp", "jvp", "jacrev", "jacfwd",
 
 
 # ----------------------------------------------------------------------------
-# grad_states: a hashable, weak form (the eager cache must not keep States
-# alive) and its resolution against a discovery
-
-
-def _freeze(spec: Any, name: str) -> Any:
-  if spec is None:
-    return None
-  if isinstance(spec, State):
-    return ("state", weakref.ref(spec))
-  if isinstance(spec, (list, tuple)):
-    return ("tuple" if isinstance(spec, tuple) else "list",
-            tuple(weakref.ref(_is_state(s, name)) for s in spec))
-  if isinstance(spec, dict):
-    return ("dict", tuple((k, weakref.ref(_is_state(s, name)))
-                          for k, s in spec.items()))
-  if isinstance(spec, type) and issubclass(spec, State):
-    return ("type", spec)
-  if callable(spec):
-    return ("pred", spec)
-  raise TypeError(
-      f"{name}: grad_states must be a State, a list/tuple/dict of States, a "
-      f"State subclass or a predicate (State -> bool); got "
-      f"{type(spec).__name__}.")
-
-
-def _is_state(s: Any, name: str) -> State:
-  if not isinstance(s, State):
-    raise TypeError(
-        f"{name}: grad_states lists {type(s).__name__} {s!r:.60}, which is not "
-        "a State.")
-  return s
-
-
-class _Selection(NamedTuple):
-  states: tuple[State, ...]           # each once: the differentiation order
-  pack: Callable[[list], Any]         # per-state values -> grad_states shape
-  unpack: Callable[[Any], list]       # grad_states shape -> per-state values
-
-
-_NONE = _Selection((), lambda g: None, lambda t: [])
-
-
-def _alive(ref: weakref.ref, name: str) -> State:
-  s = ref()
-  if s is None:  # pragma: no cover - the caller normally holds its States
-    raise RuntimeError(f"{name}: a State in grad_states was garbage-collected.")
-  return s
-
-
-def _select(frozen: Any, reads: Sequence[State], writes: Sequence[State],
-            name: str) -> _Selection:
-  if frozen is None:
-    return _NONE
-  kind, what = frozen
-  if kind in ("type", "pred"):
-    test = (lambda s: isinstance(s, what)) if kind == "type" else what
-    states = tuple(sorted(s for s in reads if test(s)))
-    if not states:
-      raise ValueError(
-          f"{name}: grad_states={getattr(what, '__name__', what)} matches no "
-          f"State that the function reads (it reads: "
-          f"{_labels(reads) or 'none'}).")
-    _check_float(states, name)
-    return _Selection(states, lambda g: dict(zip(states, g)),
-                      lambda t: [_entry(t, s, name) for s in states])
-  keys = [k for k, _ in what] if kind == "dict" else None
-  listed = [_alive(r, name) for r in (
-      [what] if kind == "state" else [r for _, r in what] if keys else what)]
-  _check_read(listed, reads, writes, name)
-  states = union(listed)
-  _check_float(states, name)
-  index = [states.index(s) for s in listed]
-
-  def pack(g):
-    items = [g[i] for i in index]
-    if kind == "state":
-      return items[0]
-    return dict(zip(keys, items)) if keys else (
-        tuple(items) if kind == "tuple" else items)
-
-  def unpack(t):
-    items = ([t] if kind == "state" else [t[k] for k in keys] if keys
-             else list(t))
-    by_id: dict[int, Any] = {}
-    for s, v in zip(listed, items):
-      by_id.setdefault(id(s), v)
-    return [by_id[id(s)] for s in states]
-
-  return _Selection(states, pack, unpack)
-
-
-def _labels(states: Sequence[State]) -> str:
-  return ", ".join(s._label() for s in states)
-
-
-def _entry(tangents: dict, state: State, name: str) -> Any:
-  try:
-    return tangents[state]
-  except (KeyError, TypeError):
-    raise ValueError(
-        f"{name}: state_tangents has no entry for {state._label()}, which "
-        "grad_states selects.") from None
-
-
-def _check_read(listed: Sequence[State], reads: Sequence[State],
-                writes: Sequence[State], name: str) -> None:
-  read_ids = {id(s) for s in reads}
-  for s in listed:
-    if id(s) not in read_ids:
-      why = (" (it writes it before reading it, so its incoming value does "
-             "not affect the result)" if any(s is w for w in writes) else "")
-      raise ValueError(
-          f"{name}: grad_states includes {s._label()}, which the function "
-          f"never reads{why}. Remove it from grad_states.")
-
-
-def _check_float(states: Sequence[State], name: str) -> None:
-  for s in states:
-    sig = current_signature(s)
-    if not all(jnp.issubdtype(a.dtype, jnp.inexact) for a in sig[1]):
-      raise TypeError(
-          f"{name}: grad_states includes {s._label()} holding "
-          f"{describe_signature(sig)}; gradients need floating-point (or "
-          "complex) values. Leave integer, boolean and key States out of "
-          "grad_states (a narrower type or a predicate).")
-
-
-# ----------------------------------------------------------------------------
 # The pure function of one call
 
 
 class _Pure(NamedTuple):
-  sel: _Selection
+  sel: Selection
   gvals: list          # current values of sel.states
   writes: tuple        # states the function writes
   out_shapes: Any      # the function's output (ShapeDtypeStructs)
@@ -186,7 +55,7 @@ def _prepare(fun: Callable, frozen: Any, args: tuple, kwargs: dict,
              name: str) -> _Pure:
   """Discovers ``fun`` for this call and builds its pure function."""
   d = StatefulFunction(fun, name=name).discover(*args, **kwargs)
-  sel = _select(frozen, d.read_states, d.write_states, name)
+  sel = select(frozen, d.read_states, d.write_states, name)
   gids = [id(s) for s in sel.states]
   consts = {id(s): s.value for s in d.read_states if id(s) not in gids}
   gvals = [s.value for s in sel.states]
@@ -248,12 +117,12 @@ def _nums(frozen: Any, argnums: Any, nargs: int, name: str) -> tuple:
 
 class _Config(NamedTuple):
   kind: str        # 'value_and_grad', 'grad', 'jacrev', 'jacfwd'
-  frozen: Any      # _freeze(grad_states)
+  frozen: Any      # freeze(grad_states)
   argnums: Any     # None, int or tuple (as given)
   has_aux: bool
   name: str
 
-  def assemble(self, gs: list, ga: tuple, sel: _Selection) -> Any:
+  def assemble(self, gs: list, ga: tuple, sel: Selection) -> Any:
     """(state part, arg part) as the user asked for them."""
     eff = 0 if (self.frozen is None and self.argnums is None) else self.argnums
     arg_part = ga[0] if isinstance(eff, int) else tuple(ga)
@@ -295,7 +164,7 @@ def _diff_impl(cfg: _Config) -> Callable:
 def _transform(kind: str, fun: Callable, grad_states: Any, argnums: Any,
                has_aux: bool) -> Callable:
   name = f"bs.{kind}({fun_name(fun)})"
-  cfg = _Config(kind, _freeze(grad_states, name),
+  cfg = _Config(kind, freeze(grad_states, name),
                 _check_argnums(argnums, name), bool(has_aux), name)
   impl = _diff_impl(cfg)
 
@@ -424,7 +293,7 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
     (Array(6., dtype=float32), Array(32., dtype=float32))
   """
   name = f"bs.jvp({fun_name(fun)})"
-  frozen = _freeze(grad_states, name)
+  frozen = freeze(grad_states, name)
   if (frozen is None) != (state_tangents is None):
     raise ValueError(
         f"{name}: pass state_tangents exactly when grad_states is given.")
@@ -468,7 +337,7 @@ def vjp(fun: Callable, *primals: Any, grad_states: Any = None,
     (Array(3., dtype=float32), Array(2., dtype=float32, weak_type=True))
   """
   name = f"bs.vjp({fun_name(fun)})"
-  frozen = _freeze(grad_states, name)
+  frozen = freeze(grad_states, name)
   p = _prepare(fun, frozen, primals, {}, name)
   f = _objective(p, primals, tuple(range(len(primals))), has_aux, name)
   value, pull, (aux, written) = jax.vjp(f, p.gvals, tuple(primals),
