@@ -275,6 +275,13 @@ def test_hessian():
   allclose(h["b"]["w"], ref[1][0])
   h = bs.hessian(f, grad_states=bs.ParamState)()
   allclose(h[m.b][m.b], ref[1][1])
+  # with argnums and has_aux: ((H_ss, H_sx), (H_xs, H_xx)) as jax.hessian
+  g = lambda x: (jnp.sum(jnp.sin(m.b.value * x) ** 2), x.sum())  # noqa: E731
+  x = jnp.array([1.0, 2.0])
+  h, aux = bs.hessian(g, grad_states=m.b, argnums=0, has_aux=True)(x)
+  allclose(h, jax.hessian(lambda b, x: jnp.sum(jnp.sin(b * x) ** 2), (0, 1))(
+      m.b.value, x))
+  allclose(aux, 3.0)
 
 
 # ----------------------------------------------------------------------------
