@@ -419,17 +419,31 @@ class State:
     return f"{type(self).__name__}({', '.join(parts)})"
 
   # States order by creation (equality stays identity, so hashing is by id).
+  # jax.jit sorts a {State: ...} dict's keys on every call, so these are
+  # kept lean: no isinstance check on the way that succeeds.
   def __lt__(self, other):
-    return self._order < other._order if isinstance(other, State) else NotImplemented
+    try:
+      return self._order < other._order
+    except AttributeError:
+      return NotImplemented
 
   def __le__(self, other):
-    return self._order <= other._order if isinstance(other, State) else NotImplemented
+    try:
+      return self._order <= other._order
+    except AttributeError:
+      return NotImplemented
 
   def __gt__(self, other):
-    return self._order > other._order if isinstance(other, State) else NotImplemented
+    try:
+      return self._order > other._order
+    except AttributeError:
+      return NotImplemented
 
   def __ge__(self, other):
-    return self._order >= other._order if isinstance(other, State) else NotImplemented
+    try:
+      return self._order >= other._order
+    except AttributeError:
+      return NotImplemented
 
   # -- internals ------------------------------------------------------------
 

@@ -167,6 +167,9 @@ def test_state_dict_is_a_pytree_for_jit_and_optax():
     allclose(loss, ref_loss)
   allclose((m.w.value, m.b.value), ref_params)
   assert sorted([m.b, m.w]) == [m.w, m.b]
+  assert m.w < m.b and m.b >= m.w and not m.w == Model().w  # eq: identity
+  with pytest.raises(TypeError):
+    m.w < 1  # noqa: B015
 
 
 def test_bad_grad_states_leave_states_as_they_were():
