@@ -138,6 +138,11 @@ def test_eager_calls_trace_once():
   bs.grad(loss, grad_states=bs.ParamState)(X)
   assert len(runs) == 1
   assert int(m.count.value) == 5
+  # A State that changes shape gets a new trace with the new shape.
+  m.b.value = jnp.zeros((1, 2))
+  g2 = g(X)
+  assert len(runs) == 2 and g2[m.b].shape == (1, 2)
+  allclose(g2[m.b], reference(m)[1])
 
 
 def test_state_dict_is_a_pytree_for_jit_and_optax():
