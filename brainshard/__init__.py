@@ -14,6 +14,9 @@ from brainshard._simulation.progress import ProgressBar
 from brainshard._transforms.loops import for_loop, scan, while_loop
 from brainshard._transforms.cond import cond, switch
 from brainshard._transforms.vmap import vmap
+from brainshard._transforms.autodiff import (
+    grad, hessian, jacfwd, jacrev, jvp, value_and_grad, vjp)
+from brainshard._transforms.remat import remat
 from brainshard._simulation.random import RandomState
 from brainshard import random
 from brainshard._core.axes import axis_rules, current_axis_rules
@@ -34,6 +37,8 @@ __all__ = [
     "StateTraceError", "RandomState",
     # transforms
     "StatefulFunction", "jit", "shard_map", "vmap", "clear_caches",
+    "grad", "value_and_grad", "vjp", "jvp", "jacrev", "jacfwd", "hessian",
+    "remat",
     # simulation drivers
     "for_loop", "scan", "while_loop", "cond", "switch", "ProgressBar",
     "random",

@@ -12,6 +12,7 @@ touch the same State at the same time.
 
 from __future__ import annotations
 
+import itertools
 import re
 import sys
 import threading
@@ -34,6 +35,12 @@ __all__ = [
 
 
 _live_states: "weakref.WeakSet[State]" = weakref.WeakSet()
+
+# Creation order: States sort by it, so a dict keyed by States (the gradient
+# of `bs.grad(f, grad_states=bs.ParamState)`) is an ordinary pytree that
+# jax.jit and optax can flatten (JAX sorts dict keys). `next` on a count is
+# atomic under the GIL.
+_creation_counter = itertools.count()
 
 
 # ----------------------------------------------------------------------------
@@ -188,6 +195,7 @@ class State:
     self._created_in: str | None = None
     self._sig: Signature | None = None
     self._value = _UNSET
+    self._order = next(_creation_counter)
     frame = current_frame()
     if frame is not None:
       value = jax.tree.map(lambda x: to_array(x, "State(...)"), value)
@@ -254,6 +262,33 @@ class State:
     if self.axes is not None:
       parts.append(f"axes={self.axes}")
     return f"{type(self).__name__}({', '.join(parts)})"
+
+  # States order by creation (equality stays identity, so hashing is by id).
+  # jax.jit sorts a {State: ...} dict's keys on every call, so these are
+  # kept lean: no isinstance check on the way that succeeds.
+  def __lt__(self, other):
+    try:
+      return self._order < other._order
+    except AttributeError:
+      return NotImplemented
+
+  def __le__(self, other):
+    try:
+      return self._order <= other._order
+    except AttributeError:
+      return NotImplemented
+
+  def __gt__(self, other):
+    try:
+      return self._order > other._order
+    except AttributeError:
+      return NotImplemented
+
+  def __ge__(self, other):
+    try:
+      return self._order >= other._order
+    except AttributeError:
+      return NotImplemented
 
   # -- internals ------------------------------------------------------------
 
