@@ -14,6 +14,7 @@ from brainshard._axes import axis_rules, current_axis_rules
 from brainshard._place import ShardedInit, place, resolve_spec, sharded_init
 from brainshard._describe import StateInfo, StateTable, describe, visualize
 from brainshard._multihost import gather, init_distributed
+from brainshard._checkpoint import restore_states, save_states
 
 __version__ = "0.1.0"
 
@@ -29,5 +30,6 @@ __all__ = [
     # scale-out
     "axis_rules", "current_axis_rules", "place", "resolve_spec",
     "sharded_init", "ShardedInit", "describe", "visualize", "StateInfo",
-    "StateTable", "gather", "init_distributed",
+    "StateTable", "gather", "init_distributed", "save_states",
+    "restore_states",
 ]
