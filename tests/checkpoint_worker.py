@@ -140,6 +140,8 @@ def multihost_save(ckpt):
   bs.place(list(states.values()), mesh)
   jax.block_until_ready(run(STEPS))
   assert not states["v"].value.is_fully_addressable
+  # Held whole by every process (never placed): written once.
+  states["count"] = bs.State(np.arange(5, dtype=np.int32), "count")
   bs.save_states(ckpt, states, metadata={"step": STEPS})
   got = values(bs, states)
   if jax.process_index() == 0:
@@ -153,6 +155,7 @@ def multihost_restore(ckpt, out):
   import brainshard as bs
   mesh = jax.make_mesh((2, 4), ("a", "x"))  # another layout of 8 devices
   states, _ = network(bs, jax, _mesh(jax, 8))
+  states["count"] = bs.State(np.zeros(5, np.int32), "count")
   with jax.set_mesh(mesh):
     meta = bs.restore_states(ckpt, states)
   assert states["v"].sharding.spec == jax.sharding.PartitionSpec("x")
