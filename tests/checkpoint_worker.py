@@ -142,8 +142,13 @@ def multihost_save(ckpt):
   assert not states["v"].value.is_fully_addressable
   # Held whole by every process (never placed): written once.
   states["count"] = bs.State(np.arange(5, dtype=np.int32), "count")
-  bs.save_states(ckpt, states, metadata={"step": STEPS})
+  bs.save_states(ckpt, states, metadata={"step": 0})
+  # Overwritten asynchronously: both processes commit in the background.
+  handle = bs.save_states(ckpt, states, overwrite=True, block=False,
+                          metadata={"step": STEPS})
   got = values(bs, states)
+  handle.wait()
+  assert sorted(os.listdir(ckpt)) == ["CURRENT", "v00000002"], os.listdir(ckpt)
   if jax.process_index() == 0:
     np.savez(os.path.join(ckpt + ".expected.npz"), **got)
   print("OK multihost_save", flush=True)
