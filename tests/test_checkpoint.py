@@ -299,6 +299,37 @@ def test_killed_save_leaves_the_previous_checkpoint(tmp_path, where):
   assert sorted(os.listdir(path)) == ["CURRENT", "v00000003"]
 
 
+def test_failed_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
+  path = tmp_path / "c"
+  x = bs.State(jnp.arange(6.0), "x")
+  bs.save_states(path, [x], metadata={"good": True})
+  handler = store.orbax().PyTreeCheckpointHandler
+
+  async def disk_full(self, *args, **kwargs):
+    raise OSError(28, "No space left on device")
+
+  with monkeypatch.context() as m:
+    m.setattr(handler, "async_save", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+      bs.save_states(path, {"x": bs.State(jnp.zeros(6))}, overwrite=True)
+  assert bs.restore_states(path, [x]) == {"good": True}
+  np.testing.assert_array_equal(np.asarray(x.value), np.arange(6.0))
+  bs.save_states(path, [x], overwrite=True, metadata={"good": 2})
+  assert bs.restore_states(path, [x]) == {"good": 2}
+
+
+def test_names_that_look_like_paths_stay_apart(tmp_path):
+  states = {"a/b": bs.State(jnp.full(2, 1.0)), "a.b": bs.State(jnp.full(2, 2.0)),
+            "a": bs.State([jnp.full(2, 3.0), jnp.full(2, 4.0)]),
+            "a.1": bs.State(jnp.full(2, 5.0)), "é x": bs.State(jnp.full(2, 6.0))}
+  before = {k: host(s) for k, s in states.items()}
+  bs.save_states(tmp_path / "c", states)
+  clobber(states)
+  bs.restore_states(tmp_path / "c", states)
+  for k, s in states.items():
+    assert_same(s, before[k])
+
+
 # ----------------------------------------------------------------------------
 # Errors: each names the State and changes nothing
 
