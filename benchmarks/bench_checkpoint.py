@@ -89,8 +89,9 @@ def orbax_case(states, root):
     args = jax.tree.map(lambda x: ocp.ArrayRestoreArgs(
         sharding=x.sharding, global_shape=x.shape, dtype=x.dtype), target)
     with ocp.PyTreeCheckpointer() as ckpt:
-      out = ckpt.restore(os.path.join(root, f"ocp{i}"), args=ocp.args.PyTreeRestore(
-          item=target, restore_args=args))
+      out = ckpt.restore(os.path.join(root, f"ocp{i}"),
+                         args=ocp.args.PyTreeRestore(item=target,
+                                                     restore_args=args))
     jax.block_until_ready(out)
   return save, restore
 

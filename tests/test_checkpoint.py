@@ -45,9 +45,8 @@ def _worker(*args, devices=8, timeout=120):
 
 
 def mesh(n, names=("x",)):
-  shape = (n,) if len(names) == 1 else n
-  return jax.make_mesh(shape, names, devices=jax.devices()[:np.prod(shape)],
-                       axis_types=(jax.sharding.AxisType.Explicit,) * len(names))
+  """A mesh over the first devices (n: a size, or a shape with ``names``)."""
+  return cached_mesh((n,) if len(names) == 1 else n, names)
 
 
 def host(state):
@@ -155,6 +154,21 @@ def test_restore_one_device_onto_eight(tmp_path):
   assert [s.data.shape for s in v8.value.addressable_shards] == [(1, 4)] * 8
   assert str(jax.random.key_impl(k8.value)) == "rbg"
   assert k8.sharding == NamedSharding(m8, P())
+
+
+def test_restore_reads_each_shard_never_the_whole_array(tmp_path, monkeypatch):
+  m8 = mesh(8)
+  v = bs.State(jax.device_put(jnp.arange(64.0).reshape(16, 4),
+                              NamedSharding(m8, P("x"))), "v")
+  bs.save_states(tmp_path / "c", [v])
+  put = []
+  device_put = jax.device_put
+  def spy(x, *args, **kwargs):
+    put.append(np.shape(x))
+    return device_put(x, *args, **kwargs)
+  monkeypatch.setattr(jax, "device_put", spy)
+  bs.restore_states(tmp_path / "c", [v])
+  assert put == [(2, 4)] * 8  # one shard per device, read on its own
 
 
 def test_unplaced_state_restores_unplaced_and_runs_with_placed_ones(tmp_path):
@@ -319,9 +333,10 @@ def test_failed_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
 
 
 def test_names_that_look_like_paths_stay_apart(tmp_path):
-  states = {"a/b": bs.State(jnp.full(2, 1.0)), "a.b": bs.State(jnp.full(2, 2.0)),
+  full = lambda x: bs.State(jnp.full(2, x))  # noqa: E731
+  states = {"a/b": full(1.0), "a.b": full(2.0), "a.1": full(5.0),
             "a": bs.State([jnp.full(2, 3.0), jnp.full(2, 4.0)]),
-            "a.1": bs.State(jnp.full(2, 5.0)), "é x": bs.State(jnp.full(2, 6.0))}
+            "é x": full(6.0)}
   before = {k: host(s) for k, s in states.items()}
   bs.save_states(tmp_path / "c", states)
   clobber(states)
@@ -351,8 +366,10 @@ def _unchanged(states, fn):
 
 
 @pytest.mark.parametrize("case, match", [
-    ("shape", r"'v': saved as float32\[4\], but the State now holds float32\[5\]"),
-    ("dtype", r"'v': saved as float32\[4\], but the State now holds int32\[4\]"),
+    ("shape", r"'v': saved as float32\[4\], but the State now holds "
+              r"float32\[5\]"),
+    ("dtype", r"'v': saved as float32\[4\], but the State now holds "
+              r"int32\[4\]"),
     ("structure", r"'p': saved with pytree structure .*'a'.*'b'.* but the "
                   r"State now holds .*'a'.*'c'"),
     ("missing", r"'q' \(State 'q'\) is not in the checkpoint, which holds "
