@@ -98,11 +98,6 @@ def _leaf_entry(x: Any) -> dict:
   return entry
 
 
-def _describe(entry: dict) -> str:
-  leaves = entry["leaves"]
-  return entry["value"] if leaves else "(no arrays)"
-
-
 # ----------------------------------------------------------------------------
 # save_states
 
@@ -227,12 +222,15 @@ def restore_states(path: str | os.PathLike, states: Any, *,
   store.wait_pending(path)
   directory = store.read_pointer(path)
   manifest = store.restore_manifest(directory)
-  saved = manifest.get("states", {})
+  if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+    raise ValueError(
+        f"{where}: {directory!r} is not a checkpoint written by "
+        "bs.save_states.")
+  saved = manifest["states"]
   values = {key: state.value for key, state in named.items()}
   _check(named, values, saved, strict, path)
   mesh = _current_mesh()
-  plans = {key: _plan(key, named[key], values[key], saved[key], mesh)
-           for key in named}
+  plans = {key: _plan(named[key], values[key], mesh) for key in named}
   item = {key: [p[0] for p in plan] for key, plan in plans.items()}
   restore_args = {key: [p[1] for p in plan] for key, plan in plans.items()}
   restored = store.restore_tree(directory, item, restore_args,
@@ -263,11 +261,11 @@ def _check(named, values, saved, strict, path) -> None:
     if str(treedef) != entry["structure"]:
       problems.append(
           f"{key!r}: saved with pytree structure {entry['structure']} "
-          f"({_describe(entry)}), but the State now holds {treedef} "
+          f"({entry['value']}), but the State now holds {treedef} "
           f"({describe_value(value)})")
     elif current != entry["leaves"]:
       problems.append(
-          f"{key!r}: saved as {_describe(entry)}, but the State now holds "
+          f"{key!r}: saved as {entry['value']}, but the State now holds "
           f"{describe_value(value)} (shape or dtype differs)")
   extra = sorted(set(saved) - set(named))
   if strict and extra:
@@ -300,13 +298,12 @@ def _leaf_specs(state: State, value: Any, mesh: Mesh | None) -> list:
           for s in jax.tree.leaves(full, is_leaf=is_spec)]
 
 
-def _plan(key, state, value, entry, mesh) -> list:
+def _plan(state: State, value: Any, mesh: Mesh | None) -> list:
   """Per leaf: what orbax restores (its target) and how."""
   ocp = store.orbax()
   leaves = jax.tree.leaves(value)
   plan = []
-  for x, spec, saved in zip(leaves, _leaf_specs(state, value, mesh),
-                            entry["leaves"]):
+  for x, spec in zip(leaves, _leaf_specs(state, value, mesh)):
     key_dims = 0
     if _is_key(x):
       data = jax.random.key_data(x)

@@ -188,9 +188,13 @@ def save_tree(path: str, version: str, tree: dict, manifest: dict,
     _commit(path, version)
     return handle
   ckpt = ocp.AsyncCheckpointer(ocp.CompositeCheckpointHandler())
-  # Returns once the arrays are copied off the devices: later steps (even
-  # ones that donate the States' buffers) cannot change what is written.
-  ckpt.save(target, args=args)
+  try:
+    # Returns once the arrays are copied off the devices: later steps (even
+    # ones that donate the States' buffers) cannot change what is written.
+    ckpt.save(target, args=args)
+  except BaseException:
+    ckpt.close()
+    raise
   commit_stage = next(_barriers)  # reserved here, in call order
 
   def finish():
