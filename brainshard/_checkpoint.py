@@ -230,7 +230,14 @@ def restore_states(path: str | os.PathLike, states: Any, *,
   values = {key: state.value for key, state in named.items()}
   _check(named, values, saved, strict, path)
   mesh = _current_mesh()
-  plans = {key: _plan(named[key], values[key], mesh) for key in named}
+  plans = {}
+  for key, state in named.items():
+    try:
+      plans[key] = _plan(state, values[key], mesh)
+    except ValueError as e:
+      raise CheckpointMismatchError(
+          f"{where}: {key!r} cannot take its spec on the current mesh; no "
+          f"State was changed: {e}") from None
   item = {key: [p[0] for p in plan] for key, plan in plans.items()}
   restore_args = {key: [p[1] for p in plan] for key, plan in plans.items()}
   restored = store.restore_tree(directory, item, restore_args,

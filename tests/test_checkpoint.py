@@ -137,6 +137,25 @@ def test_restore_eight_devices_onto_one_and_onto_a_2d_mesh(tmp_path):
   assert fresh["rng"].value.sharding == created_here
 
 
+def test_restore_onto_logical_axes_on_the_current_mesh(tmp_path):
+  w = bs.ParamState(jnp.arange(32.0).reshape(8, 4), "w")
+  bs.save_states(tmp_path / "c", [w])
+  m8 = mesh(8)
+  w2 = bs.ParamState(jnp.zeros((8, 4)), "w", axes=(None, "hidden"))
+  before = w2.value
+  # 4 columns do not split over 8 devices: an error, and nothing restored.
+  with jax.set_mesh(m8), bs.axis_rules({"hidden": "x"}):
+    with pytest.raises(ValueError, match="'w' cannot take its spec.*"
+                       "not divisible by the 8 shards"):
+      bs.restore_states(tmp_path / "c", [w2])
+  assert w2.value is before
+  m4 = mesh(4)
+  with jax.set_mesh(m4), bs.axis_rules({"hidden": "x"}):
+    bs.restore_states(tmp_path / "c", [w2])
+  np.testing.assert_array_equal(np.asarray(w2.value), np.asarray(w.value))
+  assert w2.sharding == NamedSharding(m4, P(None, "x"))
+
+
 def test_restore_one_device_onto_eight(tmp_path):
   v = bs.State(jnp.arange(32.0).reshape(8, 4), "v")  # unplaced
   k = bs.RandomState(jax.random.key(5, impl="rbg"), "k")
