@@ -229,17 +229,7 @@ def restore_states(path: str | os.PathLike, states: Any, *,
   saved = manifest["states"]
   values = {key: state.value for key, state in named.items()}
   _check(named, values, saved, strict, path)
-  mesh = _current_mesh()
-  plans = {}
-  for key, state in named.items():
-    try:
-      plans[key] = _plan(state, values[key], mesh)
-    except ValueError as e:
-      raise CheckpointMismatchError(
-          f"{where}: {key!r} cannot take its spec on the current mesh; no "
-          f"State was changed: {e}") from None
-  item = {key: [p[0] for p in plan] for key, plan in plans.items()}
-  restore_args = {key: [p[1] for p in plan] for key, plan in plans.items()}
+  item, restore_args = _targets(named, values)
   restored = store.restore_tree(directory, item, restore_args,
                                 partial=len(named) < len(saved))
   new_values = []
@@ -303,6 +293,23 @@ def _leaf_specs(state: State, value: Any, mesh: Mesh | None) -> list:
   full = jax.tree.broadcast(spec, value, is_leaf=is_spec)
   return [P() if s is None else s
           for s in jax.tree.leaves(full, is_leaf=is_spec)]
+
+
+def _targets(named: dict, values: dict) -> tuple[dict, dict]:
+  """orbax's ``item`` and ``restore_args``: per key, per leaf, what to read
+  and into which sharding."""
+  mesh = _current_mesh()
+  item, restore_args = {}, {}
+  for key, state in named.items():
+    try:
+      plan = _plan(state, values[key], mesh)
+    except ValueError as e:
+      raise CheckpointMismatchError(
+          f"bs.restore_states: {key!r} cannot take its spec on the current "
+          f"mesh; no State was changed: {e}") from None
+    item[key] = [target for target, _ in plan]
+    restore_args[key] = [args for _, args in plan]
+  return item, restore_args
 
 
 def _plan(state: State, value: Any, mesh: Mesh | None) -> list:
