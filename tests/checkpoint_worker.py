@@ -10,7 +10,8 @@ Usage: python tests/checkpoint_worker.py SCENARIO ARGS...
   minute WHERE ('writing': while orbax writes, 'pointer': after the new
   version is committed but before CURRENT moves); the test kills it there.
 - ``multihost_save CKPT`` (under brainshard.launch, 2 x 4 devices): run the
-  network sharded over both processes and save it.
+  network sharded over both processes and save it (then overwrite it with
+  an asynchronous save that both processes commit in the background).
 - ``multihost_restore CKPT OUT``: restore that checkpoint in one process of
   8 devices and save the values to OUT.
 
