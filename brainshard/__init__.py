@@ -23,6 +23,7 @@ from brainshard._core.axes import axis_rules, current_axis_rules
 from brainshard._scaleout.place import ShardedInit, place, resolve_spec, sharded_init
 from brainshard._scaleout.describe import StateInfo, StateTable, describe, visualize
 from brainshard._scaleout.multihost import gather, init_distributed
+from brainshard._scaleout.checkpoint import restore_states, save_states
 
 __version__ = "0.1.0"
 
@@ -45,5 +46,6 @@ __all__ = [
     # scale-out
     "axis_rules", "current_axis_rules", "place", "resolve_spec",
     "sharded_init", "ShardedInit", "describe", "visualize", "StateInfo",
-    "StateTable", "gather", "init_distributed",
+    "StateTable", "gather", "init_distributed", "save_states",
+    "restore_states",
 ]

@@ -1,0 +1,250 @@
+"""The on-disk layout of a brainshard checkpoint, written with orbax.
+
+``path`` is a directory::
+
+    path/CURRENT        the name of the current version ("v00000003\\n")
+    path/v00000003/     one checkpoint, written and committed by orbax:
+        manifest/       JSON: what each State holds, plus the user metadata
+        states/         the arrays ({key: [leaf, ...]}, sharded, OCDBT)
+
+A save writes a new version next to the current one (orbax writes it to a
+temporary directory and renames it when complete), then replaces ``CURRENT``
+atomically (``os.replace``), and only then deletes the older versions. A save
+killed at any point therefore leaves ``CURRENT`` naming a complete checkpoint.
+
+Every process of a multi-process run calls the same functions in the same
+order; process 0 alone touches ``CURRENT`` and deletes old versions, and
+barriers (orbax's, over JAX's distributed runtime) order the steps.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import shutil
+import threading
+from typing import Any, Callable
+
+import jax
+
+__all__ = ["orbax", "POINTER", "read_pointer", "next_version", "write_pointer",
+           "barrier", "save_tree", "restore_manifest", "restore_tree",
+           "SaveHandle", "wait_pending"]
+
+POINTER = "CURRENT"
+MANIFEST = "manifest"
+STATES = "states"
+_VERSION = re.compile(r"^v(\d+)")
+
+
+def orbax() -> Any:
+  """``orbax.checkpoint``, imported on first use (an optional extra)."""
+  try:
+    import orbax.checkpoint as ocp
+  except ImportError as e:
+    raise ImportError(
+        "bs.save_states / bs.restore_states need orbax-checkpoint: "
+        "pip install 'brainshard[checkpoint]'") from e
+  return ocp
+
+
+# ----------------------------------------------------------------------------
+# Versions and the pointer
+
+
+def read_pointer(path: str) -> str:
+  """The directory of the current version; FileNotFoundError if none."""
+  if not os.path.isdir(path):
+    raise FileNotFoundError(f"bs.restore_states: no checkpoint at {path!r}.")
+  try:
+    with open(os.path.join(path, POINTER)) as f:
+      name = f.read().strip()
+  except FileNotFoundError:
+    raise FileNotFoundError(
+        f"bs.restore_states: {path!r} holds no complete checkpoint (no "
+        f"{POINTER} file; was its first save interrupted?).") from None
+  return os.path.join(path, name)
+
+
+def next_version(path: str) -> str:
+  """A version name newer than every one at ``path``, committed or not (so a
+  save never reuses the name of a save that was killed half-way)."""
+  numbers = [0]
+  if os.path.isdir(path):
+    for entry in os.listdir(path):
+      m = _VERSION.match(entry)
+      if m:
+        numbers.append(int(m.group(1)))
+  return f"v{max(numbers) + 1:08d}"
+
+
+def write_pointer(path: str, version: str) -> None:
+  """Points ``CURRENT`` at ``version`` atomically, then deletes every other
+  version (old ones and leftovers of interrupted saves)."""
+  tmp = os.path.join(path, f".{POINTER}.tmp{os.getpid()}")
+  with open(tmp, "w") as f:
+    f.write(version + "\n")
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, os.path.join(path, POINTER))
+  _fsync_dir(path)
+  for entry in os.listdir(path):
+    if _VERSION.match(entry) and entry != version:
+      shutil.rmtree(os.path.join(path, entry), ignore_errors=True)
+
+
+def _fsync_dir(path: str) -> None:
+  try:
+    fd = os.open(path, os.O_RDONLY)
+  except OSError:
+    return
+  try:
+    os.fsync(fd)
+  except OSError:
+    pass
+  finally:
+    os.close(fd)
+
+
+_barriers = itertools.count()
+
+
+def barrier(stage: str) -> None:
+  """Waits for every process (a no-op in a single process). Every process
+  calls the checkpoint functions in the same order, so the counter gives the
+  same unique barrier name everywhere."""
+  if jax.process_count() == 1:
+    return
+  orbax().multihost.sync_global_processes(
+      f"brainshard_checkpoint_{next(_barriers)}_{stage}")
+
+
+# ----------------------------------------------------------------------------
+# Saving
+
+
+_pending: dict[str, "SaveHandle"] = {}
+_pending_lock = threading.Lock()
+
+
+def wait_pending(path: str) -> None:
+  """Waits for an asynchronous save to ``path`` still in flight."""
+  with _pending_lock:
+    handle = _pending.get(path)
+  if handle is not None:
+    handle.wait()
+
+
+class SaveHandle:
+  """An asynchronous save: ``.wait()`` blocks until the checkpoint is
+  committed and current (and raises the save's error, if it failed)."""
+
+  def __init__(self, path: str, version: str):
+    self.path = path
+    self.version = version
+    self._thread: threading.Thread | None = None
+    self._error: BaseException | None = None
+
+  def done(self) -> bool:
+    """Whether the save has finished (committed, or failed)."""
+    return self._thread is None or not self._thread.is_alive()
+
+  def wait(self) -> None:
+    """Blocks until the checkpoint is committed and ``CURRENT`` names it."""
+    if self._thread is not None:
+      self._thread.join()
+    if self._error is not None:
+      raise self._error
+
+  def __repr__(self) -> str:
+    state = "done" if self.done() else "writing"
+    return f"<bs.save_states {self.path!r} {self.version} ({state})>"
+
+  def _run(self, finish: Callable[[], None]) -> None:
+    try:
+      finish()
+    except BaseException as e:  # re-raised by wait()
+      self._error = e
+    finally:
+      with _pending_lock:
+        if _pending.get(self.path) is self:
+          del _pending[self.path]
+
+
+def save_tree(path: str, version: str, tree: dict, manifest: dict,
+              block: bool) -> SaveHandle:
+  """Writes ``tree`` and ``manifest`` as version ``version`` of ``path`` and
+  makes it current: now (``block``) or in a background thread."""
+  ocp = orbax()
+  target = os.path.join(path, version)
+  args = ocp.args.Composite(**{
+      STATES: ocp.args.PyTreeSave(tree),
+      MANIFEST: ocp.args.JsonSave(manifest)})
+  handle = SaveHandle(path, version)
+  if block:
+    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckpt:
+      ckpt.save(target, args=args)
+    _commit(path, version)
+    return handle
+  ckpt = ocp.AsyncCheckpointer(ocp.CompositeCheckpointHandler())
+  try:
+    # Returns once the arrays are copied off the devices: later steps (even
+    # ones that donate the States' buffers) cannot change what is written.
+    ckpt.save(target, args=args)
+  except BaseException:
+    ckpt.close()
+    raise
+  commit_stage = next(_barriers)  # reserved here, in call order
+
+  def finish():
+    try:
+      ckpt.wait_until_finished()
+    finally:
+      ckpt.close()
+    _commit(path, version, commit_stage)
+
+  # Not a daemon: the interpreter waits for the commit before it exits.
+  handle._thread = threading.Thread(
+      target=handle._run, args=(finish,), name=f"bs.save_states {version}")
+  with _pending_lock:
+    _pending[path] = handle
+  handle._thread.start()
+  return handle
+
+
+def _commit(path: str, version: str, stage: int | None = None) -> None:
+  """Moves ``CURRENT`` to ``version`` once every process has written it."""
+  multi = jax.process_count() > 1
+  sync = orbax().multihost.sync_global_processes if multi else None
+  name = f"brainshard_checkpoint_{next(_barriers) if stage is None else stage}"
+  if multi:
+    sync(name + "_written")
+  if jax.process_index() == 0:
+    write_pointer(path, version)
+  if multi:
+    sync(name + "_current")
+
+
+# ----------------------------------------------------------------------------
+# Restoring
+
+
+def restore_manifest(directory: str) -> dict:
+  ocp = orbax()
+  with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckpt:
+    out = ckpt.restore(directory, args=ocp.args.Composite(**{
+        MANIFEST: ocp.args.JsonRestore()}))
+  return out[MANIFEST]
+
+
+def restore_tree(directory: str, item: dict, restore_args: dict,
+                 partial: bool) -> dict:
+  """Reads the arrays of ``item`` (a subset of the saved keys when
+  ``partial``), each directly into its target sharding."""
+  ocp = orbax()
+  with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckpt:
+    out = ckpt.restore(directory, args=ocp.args.Composite(**{
+        STATES: ocp.args.PyTreeRestore(
+            item=item, restore_args=restore_args, partial_restore=partial)}))
+  return out[STATES]
