@@ -14,6 +14,10 @@ from brainshard._axes import axis_rules, current_axis_rules
 from brainshard._place import ShardedInit, place, resolve_spec, sharded_init
 from brainshard._describe import StateInfo, StateTable, describe, visualize
 from brainshard._multihost import gather, init_distributed
+from brainshard._chunked import Chunk, ChunkedLoop
+from brainshard._monitors import RateMonitor, SpikeMonitor, StateMonitor
+from brainshard._records import RateData, Result, SpikeData, TraceData
+from brainshard._runner import Runner
 
 __version__ = "0.1.0"
 
@@ -30,4 +34,7 @@ __all__ = [
     "axis_rules", "current_axis_rules", "place", "resolve_spec",
     "sharded_init", "ShardedInit", "describe", "visualize", "StateInfo",
     "StateTable", "gather", "init_distributed",
+    # long runs: chunks, monitors, records
+    "ChunkedLoop", "Chunk", "Runner", "SpikeMonitor", "RateMonitor",
+    "StateMonitor", "Result", "SpikeData", "RateData", "TraceData",
 ]

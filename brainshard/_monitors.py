@@ -1,0 +1,300 @@
+"""Monitors: what a run records, and how it is recorded inside each chunk.
+
+A monitor names a *source*: ``None`` (the step's return value), a State
+(its value after the step), or a callable (``f()`` reading States, or
+``f(out)`` given the step's return value). :class:`SpikeMonitor` and
+:class:`RateMonitor` read a boolean spike vector per step and share one
+compacted event stream per source (see ``_spikes.py``); :class:`StateMonitor`
+records any value (a State, selected neurons of it, any function of States)
+every ``every`` steps. :class:`Recorder` turns a step and its monitors into
+the body of a chunk program and the host-side collection of its outputs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from brainshard import _spikes
+from brainshard._chunked import takes_arguments
+from brainshard._state import State
+from brainshard._stateful import StatefulFunction
+
+__all__ = ["SpikeMonitor", "RateMonitor", "StateMonitor", "Recorder"]
+
+
+class _Monitor:
+  source: Any = None
+
+  def _read(self, out: Any) -> Any:
+    src = self.source
+    if src is None:
+      return out
+    if isinstance(src, State):
+      return src.value
+    return src(out) if takes_arguments(src) else src()
+
+
+class SpikeMonitor(_Monitor):
+  """Records spikes as sparse (step, neuron) events.
+
+  Args:
+    source: the boolean spike vector ``[n]`` of each step: ``None`` (the
+      step's return value), a State, or a callable (see the module doc).
+    capacity: events per shard per chunk the device buffer holds at first;
+      ``None`` picks one from the chunk size.
+    on_overflow: ``'grow'`` (compact the chunk again with a bigger buffer;
+      nothing is lost) or ``'raise'`` (a RuntimeError naming the counts).
+
+  Example:
+    >>> import brainshard as bs
+    >>> bs.SpikeMonitor()
+    SpikeMonitor(source=None, capacity=None)
+  """
+
+  def __init__(self, source: Any = None, *, capacity: int | None = None,
+               on_overflow: str = "grow"):
+    if on_overflow not in ("grow", "raise"):
+      raise ValueError(f"on_overflow must be 'grow' or 'raise', got {on_overflow!r}")
+    if capacity is not None and (not isinstance(capacity, int) or capacity < 1):
+      raise ValueError(f"capacity must be a positive int, got {capacity!r}")
+    self.source = source
+    self.capacity = capacity
+    self.on_overflow = on_overflow
+
+  def __repr__(self) -> str:
+    return f"SpikeMonitor(source={_name(self.source)}, capacity={self.capacity})"
+
+
+class RateMonitor(_Monitor):
+  """Records the population's spike count per step (its rate in Hz on the
+  result); shares the compacted events of a SpikeMonitor of the same source.
+
+  Example:
+    >>> import brainshard as bs
+    >>> bs.RateMonitor()
+    RateMonitor(source=None)
+  """
+
+  def __init__(self, source: Any = None):
+    self.source = source
+
+  def __repr__(self) -> str:
+    return f"RateMonitor(source={_name(self.source)})"
+
+
+class StateMonitor(_Monitor):
+  """Records a value every ``every`` steps (at the steps ``every - 1``,
+  ``2 * every - 1``, ...).
+
+  Args:
+    source: a State, or a callable: ``f()`` reading States, or ``f(out)``
+      given the step's return value; any pytree of arrays.
+    index: optional indices along the first axis (e.g. neurons to keep).
+    every: record every that many steps (computed only on those steps).
+
+  Example:
+    >>> import brainshard as bs, jax.numpy as jnp
+    >>> v = bs.State(jnp.zeros(100), name='v')
+    >>> bs.StateMonitor(v, index=[0, 5], every=10)
+    StateMonitor(source=v, index=[0, 5], every=10)
+  """
+
+  def __init__(self, source: Any, *, index: Any = None, every: int = 1):
+    if source is None or not (isinstance(source, State) or callable(source)):
+      raise TypeError(
+          f"StateMonitor: source must be a State or a callable, got {source!r}")
+    if not isinstance(every, int) or every < 1:
+      raise ValueError(f"StateMonitor: every must be a positive int, got {every!r}")
+    self.source = source
+    self.index = None if index is None else np.asarray(index)
+    self.every = every
+
+  def value(self, out: Any) -> Any:
+    x = self._read(out)
+    if self.index is None:
+      return x
+    return jax.tree.map(lambda a: a[jnp.asarray(self.index)], x)
+
+  def __repr__(self) -> str:
+    index = None if self.index is None else self.index.tolist()
+    return (f"StateMonitor(source={_name(self.source)}, index={index}, "
+            f"every={self.every})")
+
+
+def _name(source: Any) -> str:
+  if source is None or isinstance(source, State):
+    return "None" if source is None else (source.name or "State")
+  return getattr(source, "__name__", repr(source))
+
+
+def _source_key(source: Any) -> Any:
+  return ("out",) if source is None else ("id", id(source))
+
+
+class Recorder:
+  """The chunk body that runs ``step`` and records ``monitors``.
+
+  Carry of a chunk: ``(i0, spike word buffers, every-M trace buffers)``;
+  per-step outputs: the ``every=1`` traces.
+  """
+
+  def __init__(self, step: Callable, monitors: Mapping[str, Any], index: bool):
+    self.step = step
+    self.index = index
+    self.monitors = dict(monitors)
+    self.sources: list[Any] = []   # distinct spike sources
+    self.source_of: dict[str, int] = {}
+    keys: list[Any] = []
+    for name, m in self.monitors.items():
+      if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"monitor names must be identifiers, got {name!r}")
+      if isinstance(m, (SpikeMonitor, RateMonitor)):
+        key = _source_key(m.source)
+        if key not in keys:
+          keys.append(key)
+          self.sources.append(m)
+        self.source_of[name] = keys.index(key)
+      elif not isinstance(m, StateMonitor):
+        raise TypeError(f"monitor {name!r}: expected a SpikeMonitor, "
+                        f"RateMonitor or StateMonitor, got {type(m).__name__}")
+    self.every1 = [n for n, m in self.monitors.items()
+                   if isinstance(m, StateMonitor) and m.every == 1]
+    self.sparse = [n for n, m in self.monitors.items()
+                   if isinstance(m, StateMonitor) and m.every > 1]
+    self._avals: Any = None
+    self.capacity: dict[int, int] = {}
+
+  def run_step(self, i: Any) -> Any:
+    return self.step(i) if self.index else self.step()
+
+  def discover(self) -> tuple[Any, tuple[State, ...]]:
+    """Avals of the recorded values and the States the step writes."""
+    if self._avals is None:
+      def probe(i):
+        out = self.run_step(i)
+        return ([m._read(out) for m in self.sources],
+                {n: self.monitors[n].value(out) for n in self.sparse})
+      d = StatefulFunction(probe).discover(np.int32(0))
+      for k, aval in enumerate(d.out_shapes[0]):
+        if len(aval.shape) != 1:
+          raise ValueError(
+              f"spike source {_name(self.sources[k].source)} gives "
+              f"{aval.dtype}{list(aval.shape)} per step; a spike monitor needs "
+              "a 1-D vector (flatten it in a source function).")
+      self._avals = d.out_shapes
+      self.writes = d.write_states
+    return self._avals, self.writes
+
+  def bytes_per_step(self) -> float:
+    """Device bytes a chunk holds per step for its records."""
+    (spikes, sparse), _ = self.discover()
+    total = sum(a.shape[0] / 8 for a in spikes)
+    total += sum(np.prod(a.shape) * a.dtype.itemsize / self.monitors[n].every
+                 for n, tree in sparse.items() for a in jax.tree.leaves(tree))
+    return float(total) + 4.0
+
+  # -- inside the chunk program ----------------------------------------------
+
+  def init(self, i0: Any, length: int) -> tuple:
+    (spikes, sparse), _ = self.discover()
+    bufs = [_spikes.zeros_like_aval(a, _spikes.word_rows(length), jnp.uint32)
+            for a in spikes]
+    traces = {n: jax.tree.map(lambda a, n=n: _spikes.zeros_like_aval(
+        a, length // self.monitors[n].every + 2, a.dtype), tree)
+        for n, tree in sparse.items()}
+    return i0, bufs, traces
+
+  def body(self, carry: tuple, i: Any) -> tuple:
+    i0, bufs, traces = carry
+    out = self.run_step(i)
+    base = i0 // _spikes.BITS
+    bufs = [_spikes.record_spikes(b, m._read(out), i, base)
+            for b, m in zip(bufs, self.sources)]
+    new_traces = {}
+    for n, buf in traces.items():
+      m = self.monitors[n]
+      row = (i + 1) // m.every - 1 - i0 // m.every
+
+      def write(b, m=m, row=row):
+        return jax.tree.map(lambda b, v: b.at[row].set(v), b, m.value(out))
+      new_traces[n] = jax.lax.cond((i + 1) % m.every == 0, write,
+                                   lambda b: b, buf)
+    ys = {n: self.monitors[n].value(out) for n in self.every1}
+    return (i0, bufs, new_traces), ys
+
+  # -- after the chunk ---------------------------------------------------------
+
+  def dispatch(self, out: Any) -> tuple:
+    """Starts the device-side compaction of a chunk's outputs (async)."""
+    (_, bufs, traces), ys = out
+    comps = [_spikes.compact(b, self._capacity(k, b))
+             for k, b in enumerate(bufs)]
+    for x in jax.tree.leaves((traces, ys)):
+      x.copy_to_host_async()
+    return bufs, comps, traces, ys
+
+  def _capacity(self, k: int, buf: Any) -> int:
+    cap = self.capacity.get(k)
+    if cap is None:
+      rows, n = buf.shape
+      want = self._monitor_capacity(k)
+      cap = want or _spikes.initial_capacity(rows, n)
+      self.capacity[k] = cap = int(min(cap, rows * n))
+    return cap
+
+  def _monitor_capacity(self, k: int) -> int | None:
+    caps = [m.capacity for n, m in self.monitors.items()
+            if self.source_of.get(n) == k and getattr(m, "capacity", None)]
+    return max(caps) if caps else None
+
+  def collect(self, start: int, length: int, pending: tuple) -> dict:
+    """Copies one chunk's records to the host: ``{name: {field: array}}``."""
+    bufs, comps, traces, ys = pending
+    events = []
+    for k, (buf, comp) in enumerate(zip(bufs, comps)):
+      events.append(self._decode(k, buf, comp, start, length))
+    data: dict[str, dict[str, np.ndarray]] = {}
+    for name, m in self.monitors.items():
+      if isinstance(m, SpikeMonitor):
+        steps, neurons = events[self.source_of[name]]
+        data[name] = {"steps": steps, "neurons": neurons}
+      elif isinstance(m, RateMonitor):
+        steps, _ = events[self.source_of[name]]
+        data[name] = {"counts": np.bincount(steps - start, minlength=length
+                                            ).astype(np.int32)}
+      elif m.every == 1:
+        data[name] = {"steps": np.arange(start, start + length),
+                      **_fields(jax.tree.map(np.asarray, ys[name]))}
+      else:
+        first, last = start // m.every, (start + length) // m.every
+        rows = jax.tree.map(lambda a: np.asarray(a)[:last - first], traces[name])
+        data[name] = {"steps": (np.arange(first, last) + 1) * m.every - 1,
+                      **_fields(rows)}
+    return data
+
+  def _decode(self, k: int, buf: Any, comp: Any, start: int, length: int):
+    base = start // _spikes.BITS
+    while True:
+      try:
+        return _spikes.decode(comp, start, length, base)
+      except _spikes.Overflow as e:
+        rows, n = buf.shape
+        names = [n_ for n_, s in self.source_of.items() if s == k]
+        if any(getattr(self.monitors[n_], "on_overflow", "grow") == "raise"
+               for n_ in names):
+          raise RuntimeError(
+              f"spike monitor {names}: a shard recorded {e.needed} spike words "
+              f"in the chunk of steps [{start}, {start + length}), more than "
+              f"its capacity {e.capacity}. Give SpikeMonitor a bigger "
+              "capacity= or on_overflow='grow'.") from None
+        self.capacity[k] = _spikes.grown_capacity(e.needed, rows * n)
+        comp = _spikes.compact(buf, self.capacity[k])
+
+
+def _fields(tree: Any) -> dict[str, Any]:
+  """A recorded pytree as the ``values`` field (kept as a pytree)."""
+  return {"values": tree}
