@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import inspect
+import re
 from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import jax
@@ -88,7 +89,8 @@ class ChunkedLoop:
   """
 
   def __init__(self, step: Callable, chunk: int, *, init: Callable | None = None,
-               index: bool = False, donate_states: bool | str = False):
+               index: bool = False, donate_states: bool | str = False,
+               name: str | None = None):
     if not isinstance(chunk, (int, np.integer)) or chunk < 1:
       raise ValueError(f"ChunkedLoop: chunk must be a positive int, got {chunk!r}")
     self.step = step
@@ -96,7 +98,8 @@ class ChunkedLoop:
     self.init = init
     self.index = bool(index) or init is not None
     self.donate_states = donate_states
-    self.name = f"bs.ChunkedLoop({fun_name(step)})"
+    self._label = name or fun_name(step)
+    self.name = f"bs.ChunkedLoop({self._label})"
     self._programs: dict[int, Any] = {}
     self._writes: tuple[State, ...] | None = None
 
@@ -132,8 +135,7 @@ class ChunkedLoop:
       return (carry, ys) if init is not None else ys
 
     chunk.__name__ = chunk.__qualname__ = (
-        f"chunk{length}_{fun_name(step)}".replace(".", "_").replace("<", "")
-        .replace(">", ""))
+        "chunk{}_{}".format(length, re.sub(r"\W", "_", self._label.rsplit(".", 1)[-1])))
     return chunk
 
   def written_states(self) -> tuple[State, ...]:

@@ -117,12 +117,24 @@ class StateMonitor(_Monitor):
     x = self._read(out)
     if self.index is None:
       return x
-    return jax.tree.map(lambda a: a[jnp.asarray(self.index)], x)
+    return jax.tree.map(lambda a: _take(a, self.index), x)
 
   def __repr__(self) -> str:
     index = None if self.index is None else self.index.tolist()
     return (f"StateMonitor(source={_name(self.source)}, index={index}, "
             f"every={self.every})")
+
+
+def _take(a: Any, index: np.ndarray) -> Any:
+  """``a[index]``; under an Explicit mesh the (few) picked rows come back
+  replicated, as the sharding type must say where they go."""
+  sharding = getattr(jax.typeof(a), "sharding", None)
+  if isinstance(sharding, jax.sharding.NamedSharding) and any(
+      t == jax.sharding.AxisType.Explicit for t in sharding.mesh.axis_types):
+    return a.at[jnp.asarray(index)].get(
+        out_sharding=jax.sharding.NamedSharding(
+            sharding.mesh, jax.sharding.PartitionSpec()))
+  return a[jnp.asarray(index)]
 
 
 def _name(source: Any) -> str:
@@ -177,7 +189,8 @@ class Recorder:
       def probe(i):
         out = self.run_step(i)
         return ([m._read(out) for m in self.sources],
-                {n: self.monitors[n].value(out) for n in self.sparse})
+                {n: self.monitors[n].value(out)
+                 for n in self.sparse + self.every1})
       d = StatefulFunction(probe).discover(np.int32(0))
       for k, aval in enumerate(d.out_shapes[0]):
         if len(aval.shape) != 1:
@@ -191,21 +204,21 @@ class Recorder:
 
   def bytes_per_step(self) -> float:
     """Device bytes a chunk holds per step for its records."""
-    (spikes, sparse), _ = self.discover()
+    (spikes, traces), _ = self.discover()
     total = sum(a.shape[0] / 8 for a in spikes)
     total += sum(np.prod(a.shape) * a.dtype.itemsize / self.monitors[n].every
-                 for n, tree in sparse.items() for a in jax.tree.leaves(tree))
+                 for n, tree in traces.items() for a in jax.tree.leaves(tree))
     return float(total) + 4.0
 
   # -- inside the chunk program ----------------------------------------------
 
   def init(self, i0: Any, length: int) -> tuple:
-    (spikes, sparse), _ = self.discover()
+    (spikes, avals), _ = self.discover()
     bufs = [_spikes.zeros_like_aval(a, _spikes.word_rows(length), jnp.uint32)
             for a in spikes]
     traces = {n: jax.tree.map(lambda a, n=n: _spikes.zeros_like_aval(
-        a, length // self.monitors[n].every + 2, a.dtype), tree)
-        for n, tree in sparse.items()}
+        a, length // self.monitors[n].every + 2, a.dtype), avals[n])
+        for n in self.sparse}
     return i0, bufs, traces
 
   def body(self, carry: tuple, i: Any) -> tuple:

@@ -29,7 +29,7 @@ class StopButton:
     >>> import os, signal
     >>> with StopButton() as stop:
     ...   os.kill(os.getpid(), signal.SIGINT)
-    ...   stop.wait_for_signal()
+    ...   _ = stop.wait_for_signal()
     >>> stop.pressed
     True
   """

@@ -78,7 +78,7 @@ class Runner:
     >>> res.steps, res['spikes'].steps.tolist(), res['spikes'].neurons.tolist()
     (10, [4, 4, 4, 9, 9, 9], [1, 2, 3, 1, 2, 3])
     >>> res['v'].steps.tolist(), res['v'].values[:, 0].tolist()
-    [[1, 3, 5, 7, 9], [6.0, 12.0, 18.0, 24.0, 30.0]]
+    ([1, 3, 5, 7, 9], [6.0, 12.0, 18.0, 24.0, 30.0])
   """
 
   def __init__(self, step: Callable, monitors: Mapping[str, Any] | None = None,
@@ -142,7 +142,8 @@ class Runner:
                                  for n in self.recorder.source_of})
       chunk = self.chunk or self._auto_chunk()
       self._loop = ChunkedLoop(self.recorder.body, chunk,
-                               init=self.recorder.init, donate_states=False)
+                               init=self.recorder.init, donate_states=False,
+                               name=self.name)
     return self._loop
 
   def _auto_chunk(self) -> int:
