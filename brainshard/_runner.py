@@ -136,11 +136,18 @@ class Runner:
   @property
   def loop(self) -> ChunkedLoop:
     """The chunked loop (built on the first run, once the chunk size is known)."""
+    return self._make_loop(None)
+
+  def _make_loop(self, n: int | None) -> ChunkedLoop:
     if self._loop is None:
       (spikes, _), _ = self.recorder.discover()
       self.result._sizes.update({n: spikes[self.recorder.source_of[n]].shape[0]
                                  for n in self.recorder.source_of})
-      chunk = self.chunk or self._auto_chunk()
+      chunk = self.chunk
+      if chunk is None:
+        chunk = self._auto_chunk()
+        if n:  # as even as possible: often no remainder program at all
+          chunk = -(-n // -(-n // chunk))
       self._loop = ChunkedLoop(self.recorder.body, chunk,
                                init=self.recorder.init, donate_states=False,
                                name=self.name)
@@ -189,7 +196,7 @@ class Runner:
     if result.steps == 0:
       result.start = self.step_count
     result.interrupted = False
-    loop = self.loop
+    loop = self._make_loop(n)
     stop = StopButton()
     bar = self._bar(n)
     try:

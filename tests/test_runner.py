@@ -114,11 +114,6 @@ def test_chunked_run_equals_one_for_loop_on_eight_devices(monkeypatch):
   assert v.value.sharding.spec == P("x")
   assert shards and set(shards) == {8}  # compacted per shard
   assert_matches_reference(res, v, 300, mesh=mesh)
-  # ... and the same records as on one device
-  v1, step1, _ = make_net()
-  one = bs.Runner(step1, monitors(v1), chunk=100, progress=False).run(300)
-  np.testing.assert_array_equal(one.spikes.neurons, res.spikes.neurons)
-  np.testing.assert_array_equal(np.asarray(v1.value), np.asarray(v.value))
 
 
 def test_compaction_gathers_no_whole_raster():
@@ -175,7 +170,7 @@ def _press_ctrl_c_after(runner, chunks):
 def test_sigint_stops_at_a_chunk_boundary_and_the_run_continues(capsys):
   v, step, rng = make_net(noise=True)
   runner = bs.Runner(step, monitors(v), chunk=32, progress=False)
-  n = 32 * 400 + 5
+  n = 32 * 120 + 5
   before = signal.getsignal(signal.SIGINT)
   thread = _press_ctrl_c_after(runner, 2)
   res = runner.run(n)
@@ -195,7 +190,7 @@ def test_sigint_can_raise_instead():
   runner = bs.Runner(step, {}, chunk=32, progress=False, on_interrupt="raise")
   thread = _press_ctrl_c_after(runner, 1)
   with pytest.raises(KeyboardInterrupt, match="interrupted after step"):
-    runner.run(32 * 400)
+    runner.run(32 * 120)
   thread.join()
   np.testing.assert_array_equal(np.asarray(v.value),
                                 reference(runner.step_count)[0])
