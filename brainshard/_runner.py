@@ -248,6 +248,13 @@ class Runner:
     finally:
       chunks.close()
 
+  def reset_records(self) -> None:
+    """Forgets what was recorded; the next records start at this step."""
+    self.result.store.clear()
+    self.result.start = self.step_count
+    self.result.steps = 0
+    self.result.interrupted = False
+
   # -- checkpoints -------------------------------------------------------------
 
   def _named_states(self) -> dict[str, State]:
@@ -292,7 +299,5 @@ class Runner:
     meta = brainshard.restore_states(os.fspath(path), self._named_states())
     self.step_count = int(meta["step"])
     self.target = None
-    self.result.start = self.step_count
-    self.result.steps = 0
-    self.result.store.clear()
+    self.reset_records()
     return meta

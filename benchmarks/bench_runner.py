@@ -1,0 +1,182 @@
+"""A monitored, chunked ``bs.Runner`` run against one unmonitored
+``bs.jit(bs.for_loop)`` of the same length, on the CUBA network.
+
+Both run in the same process on the same network (examples/cuba.py),
+interleaved; the figure is the ratio of the medians. Goal: <= 1.05.
+
+- ``runner``: ``bs.Runner`` with a SpikeMonitor (sparse events), a
+  RateMonitor and the voltage of 4 neurons, chunked (``--chunk``, default:
+  the runner's own choice), records copied to the host every chunk.
+- ``for_loop``: ``bs.jit(bs.for_loop(net.step, length=N))``, which stacks
+  the step's dense boolean spikes ``[N, 4000]`` on the device (what
+  examples/cuba.py did before the runner).
+- ``for_loop, no output``: the same loop with the step's output dropped:
+  nothing recorded at all, the strictest baseline.
+
+``--long`` also runs 10^6 steps (100 s simulated) with a spike monitor and
+reports device memory (bytes of live arrays, sampled) and host memory
+(process RSS and the bytes of the recorded events), to show the first is
+bounded by the chunk and the second grows with the spike count only.
+
+Brian2 is not compared here: it is not installed in this environment.
+
+Usage:
+  python benchmarks/bench_runner.py [--devices 1] [--duration 1.0]
+      [--repeats 7] [--chunk K] [--long] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+
+import numpy as np
+
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+sys.path[:0] = [ROOT, os.path.join(ROOT, "examples")]
+
+
+def _rss() -> int:
+  with open("/proc/self/status") as f:
+    for line in f:
+      if line.startswith("VmRSS:"):
+        return int(line.split()[1]) * 1024
+  return 0
+
+
+def _live_bytes(jax) -> int:
+  return sum(x.nbytes for x in jax.live_arrays())
+
+
+class Sampler:
+  """Samples device (live array) bytes and RSS every ``period`` seconds."""
+
+  def __init__(self, jax, period: float = 0.25):
+    self.jax, self.period = jax, period
+    self.device, self.rss = [], []
+    self._stop = threading.Event()
+    self._thread = threading.Thread(target=self._run, daemon=True)
+
+  def _run(self):
+    while not self._stop.is_set():
+      self.device.append(_live_bytes(self.jax))
+      self.rss.append(_rss())
+      time.sleep(self.period)
+
+  def __enter__(self):
+    self._thread.start()
+    return self
+
+  def __exit__(self, *exc):
+    self._stop.set()
+    self._thread.join()
+
+
+def main(argv=None) -> dict:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--devices", type=int, default=1)
+  parser.add_argument("--duration", type=float, default=1.0, help="seconds")
+  parser.add_argument("--repeats", type=int, default=7)
+  parser.add_argument("--chunk", type=int, default=None)
+  parser.add_argument("--long", action="store_true",
+                      help="also run 10^6 steps and report memory")
+  parser.add_argument("--json", help="also write the results to this file")
+  args = parser.parse_args(argv)
+
+  import jax
+  if jax.config.jax_platforms in (None, "", "cpu"):
+    jax.config.update("jax_num_cpu_devices", max(args.devices, 1))
+  import brainshard as bs
+  import cuba
+
+  mesh = jax.make_mesh((args.devices,), ("x",),
+                       devices=jax.devices()[:args.devices])
+  net = cuba.EINetwork(mesh, "cuba", seed=0)
+  n = int(round(args.duration * 1e3 / net.params.dt))
+  runner = net.runner(chunk=args.chunk, progress=False)
+  dense = bs.jit(lambda: bs.for_loop(net.step, length=n))
+  bare = bs.jit(lambda: bs.for_loop(lambda: (net.step(), None)[1], length=n))
+
+  def time_runner():
+    runner.reset_records()
+    t0 = time.perf_counter()
+    res = runner.run(n)
+    return time.perf_counter() - t0, len(res.spikes)
+
+  def time_loop(loop):
+    def run():
+      t0 = time.perf_counter()
+      out = jax.block_until_ready(loop())
+      return time.perf_counter() - t0, (None if out is None else int(np.asarray(out).sum()))
+    return run
+
+  cases = {"runner": time_runner, "for_loop": time_loop(dense),
+           "for_loop, no output": time_loop(bare)}
+  # Same spikes first (from the same initial conditions).
+  net.reset()
+  _, spikes_runner = time_runner()
+  net.reset()
+  _, spikes_loop = time_loop(dense)()
+  assert spikes_runner == spikes_loop, (spikes_runner, spikes_loop)
+  net.reset()
+  time_loop(bare)()  # compile
+  times = {k: [] for k in cases}
+  names = list(cases)
+  for r in range(args.repeats):
+    for name in names[r % 3:] + names[:r % 3]:
+      net.reset()
+      times[name].append(cases[name]()[0])
+  med = {k: statistics.median(v) for k, v in times.items()}
+  result = {
+      "devices": args.devices, "steps": n, "chunk": runner.loop.chunk,
+      "repeats": args.repeats, "platform": jax.devices()[0].platform,
+      "median_s": med, "spikes": spikes_runner,
+      "ratio_vs_for_loop": med["runner"] / med["for_loop"],
+      "ratio_vs_no_output": med["runner"] / med["for_loop, no output"],
+  }
+  print(f"CUBA, {net.params.n} neurons, {n} steps on {args.devices} "
+        f"{result['platform']} device(s), chunk {runner.loop.chunk}, "
+        f"{args.repeats} interleaved repeats (medians)")
+  for k, v in med.items():
+    print(f"  {k:22s} {v:8.3f} s")
+  print(f"  runner / for_loop            {result['ratio_vs_for_loop']:.3f}  (goal <= 1.05)")
+  print(f"  runner / for_loop, no output {result['ratio_vs_no_output']:.3f}")
+  if args.long:
+    result["long"] = long_run(jax, net, runner)
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(result, f, indent=2)
+  return result
+
+
+def long_run(jax, net, runner, steps: int = 1_000_000) -> dict:
+  """10^6 steps with monitors: device memory vs host memory."""
+  net.reset()
+  runner.reset_records()
+  base_dev, base_rss = _live_bytes(jax), _rss()
+  with Sampler(jax) as s:
+    t0 = time.perf_counter()
+    res = runner.run(steps)
+    wall = time.perf_counter() - t0
+  events = len(res.spikes)
+  out = {"steps": steps, "wall_s": wall, "spikes": events,
+         "chunk": runner.loop.chunk,
+         "device_bytes_max_above_start": max(s.device) - base_dev,
+         "rss_growth_bytes": max(s.rss) - base_rss,
+         "event_bytes": int(res.spikes.steps.nbytes + res.spikes.neurons.nbytes),
+         "dense_raster_bytes": steps * net.params.n}
+  print(f"10^6 steps: {wall:.0f} s wall, {events} spikes, chunk {out['chunk']}")
+  print(f"  device memory (live arrays) at most {out['device_bytes_max_above_start'] / 2**20:.1f} MiB "
+        f"above the start; a dense raster would be {out['dense_raster_bytes'] / 2**30:.1f} GiB")
+  print(f"  host RSS grew {out['rss_growth_bytes'] / 2**20:.1f} MiB; the events take "
+        f"{out['event_bytes'] / 2**20:.1f} MiB (12 bytes per spike)")
+  return out
+
+
+if __name__ == "__main__":
+  main()
