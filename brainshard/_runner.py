@@ -230,6 +230,7 @@ class Runner:
     try:
       for chunk in chunks:
         try:
+          jax.block_until_ready(chunk.after)  # this chunk's steps are done
           data = rec.collect(chunk.start, chunk.length, chunk.out[1])
           for name, fields in data.items():
             for field, value in fields.items():
