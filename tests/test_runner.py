@@ -337,3 +337,23 @@ def test_checkpoint_resume_with_the_real_checkpoints(tmp_path):
   np.testing.assert_array_equal(np.asarray(v2.value), np.asarray(v.value))
   steps, _ = np.nonzero(reference(96, noise=True)[1])
   np.testing.assert_array_equal(res.spikes.steps, steps[steps >= 64])
+
+
+@pytest.mark.slow
+def test_runner_doc_examples_run(monkeypatch, capsys):
+  """The python blocks of docs/runner.md run in order, as written."""
+  import pathlib
+  import re
+  import sys
+  root = pathlib.Path(__file__).resolve().parents[1]
+  text = (root / "docs" / "runner.md").read_text()
+  monkeypatch.chdir(root)
+  monkeypatch.setattr(sys, "path", list(sys.path))
+  namespace = {}
+  for block in re.findall(r"```python\n(.*?)```", text, re.S):
+    exec(compile(block, "docs/runner.md", "exec"), namespace)
+  out = capsys.readouterr().out
+  assert "<Result: 2000 steps" in out and "memmap" in out
+  assert "10 2" in out.replace("Array(", "").replace(", dtype=int32)", "")
+  import matplotlib.pyplot as plt
+  plt.close("all")
