@@ -18,7 +18,10 @@ reports device memory (bytes of live arrays, sampled) and host memory
 (process RSS and the bytes of the recorded events), to show the first is
 bounded by the chunk and the second grows with the spike count only.
 
-Brian2 is not compared here: it is not installed in this environment.
+Beside them, when ``brian2`` is installed (``pip install brian2``, in the
+``bench`` extra): Brian2's own CUBA example (same network, same duration,
+``SpikeMonitor``), with its ``cython`` code generation target, timed on its
+second run (after code generation and compilation).
 
 Usage:
   python benchmarks/bench_runner.py [--devices 1] [--duration 1.0]
@@ -152,12 +155,63 @@ def main(argv=None) -> dict:
         f"(of the minima: {result['ratio_best_vs_for_loop']:.3f})  goal <= 1.05")
   print(f"  runner / for_loop, no output {result['ratio_vs_no_output']:.3f} "
         f"(of the minima: {result['ratio_best_vs_no_output']:.3f})")
+  brian = brian2_cuba(args.duration)
+  result["brian2"] = brian
+  if "error" in brian:
+    print(f"  Brian2: not usable here ({brian['error'][:80]})")
+  else:
+    print(f"  Brian2 {brian['version']} ({brian['target']}): "
+          f"{brian['second_run_s']:.3f} s for the same {args.duration:g} s "
+          f"(first run with code generation {brian['first_run_s']:.1f} s; "
+          f"{brian['rate_hz']:.1f} Hz); runner / Brian2 "
+          f"{med['runner'] / brian['second_run_s']:.2f}")
   if args.long:
     result["long"] = long_run(jax, net, runner)
   if args.json:
     with open(args.json, "w") as f:
       json.dump(result, f, indent=2)
   return result
+
+
+def brian2_cuba(duration_s: float) -> dict | None:
+  """Brian2's CUBA example (cython target): seconds for its second run, or
+  ``{'error': ...}`` where brian2 cannot be imported. (Here, Python 3.11 with
+  NumPy 2.4: pip's newest brian2 for 3.11, 2.9.0, fails on import because
+  it uses ``ndarray.ptp``; brian2 >= 2.10 needs Python >= 3.12.)"""
+  try:
+    import brian2 as b2
+  except Exception as e:  # noqa: BLE001 - e.g. brian2 2.9 on NumPy >= 2.4
+    return {"error": f"{type(e).__name__}: {e}"}
+  b2.prefs.codegen.target = "cython"
+  b2.start_scope()
+  ms, mV = b2.ms, b2.mV
+  ns = dict(taum=20 * ms, taue=5 * ms, taui=10 * ms, Vt=-50 * mV, Vr=-60 * mV,
+            El=-49 * mV, we=(60 * 0.27 / 10) * mV, wi=(-20 * 4.5 / 10) * mV)
+  eqs = """
+  dv/dt  = (ge+gi-(v-El))/taum : volt (unless refractory)
+  dge/dt = -ge/taue : volt
+  dgi/dt = -gi/taui : volt
+  """
+  b2.defaultclock.dt = 0.1 * ms
+  group = b2.NeuronGroup(4000, eqs, threshold="v>Vt", reset="v = Vr",
+                         refractory=5 * ms, method="exact", namespace=ns)
+  group.v = "Vr + rand() * (Vt - Vr)"
+  ce = b2.Synapses(group, group, on_pre="ge += we", namespace=ns)
+  ci = b2.Synapses(group, group, on_pre="gi += wi", namespace=ns)
+  ce.connect("i<3200", p=0.02)
+  ci.connect("i>=3200", p=0.02)
+  spikes = b2.SpikeMonitor(group)
+  net = b2.Network(group, ce, ci, spikes)
+  t0 = time.perf_counter()
+  net.run(duration_s * b2.second)
+  first = time.perf_counter() - t0
+  n0 = spikes.num_spikes
+  t0 = time.perf_counter()
+  net.run(duration_s * b2.second)
+  second = time.perf_counter() - t0
+  return {"version": b2.__version__, "target": "cython", "first_run_s": first,
+          "second_run_s": second,
+          "rate_hz": (spikes.num_spikes - n0) / (4000 * duration_s)}
 
 
 def long_run(jax, net, runner, steps: int = 1_000_000) -> dict:
