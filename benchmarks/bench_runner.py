@@ -35,7 +35,6 @@ import json
 import os
 import statistics
 import sys
-import threading
 import time
 
 import numpy as np
@@ -54,30 +53,6 @@ def _rss() -> int:
 
 def _live_bytes(jax) -> int:
   return sum(x.nbytes for x in jax.live_arrays())
-
-
-class Sampler:
-  """Samples device (live array) bytes and RSS every ``period`` seconds."""
-
-  def __init__(self, jax, period: float = 0.25):
-    self.jax, self.period = jax, period
-    self.device, self.rss = [], []
-    self._stop = threading.Event()
-    self._thread = threading.Thread(target=self._run, daemon=True)
-
-  def _run(self):
-    while not self._stop.is_set():
-      self.device.append(_live_bytes(self.jax))
-      self.rss.append(_rss())
-      time.sleep(self.period)
-
-  def __enter__(self):
-    self._thread.start()
-    return self
-
-  def __exit__(self, *exc):
-    self._stop.set()
-    self._thread.join()
 
 
 def main(argv=None) -> dict:
@@ -215,24 +190,39 @@ def brian2_cuba(duration_s: float) -> dict | None:
 
 
 def long_run(jax, net, runner, steps: int = 1_000_000) -> dict:
-  """10^6 steps with monitors: device memory vs host memory."""
+  """10^6 steps with monitors: device memory vs host memory, sampled on the
+  main thread each time a chunk's records are collected (then one chunk is
+  being copied and the next one computed)."""
   net.reset()
   runner.reset_records()
   base_dev, base_rss = _live_bytes(jax), _rss()
-  with Sampler(jax) as s:
+  device, rss = [], []
+  collect = runner.recorder.collect
+
+  def sampled(*args):
+    device.append(_live_bytes(jax))
+    rss.append(_rss())
+    return collect(*args)
+  runner.recorder.collect = sampled
+  try:
     t0 = time.perf_counter()
     res = runner.run(steps)
     wall = time.perf_counter() - t0
+  finally:
+    runner.recorder.collect = collect
   events = len(res.spikes)
   out = {"steps": steps, "wall_s": wall, "spikes": events,
          "chunk": runner.loop.chunk,
-         "device_bytes_max_above_start": max(s.device) - base_dev,
-         "rss_growth_bytes": max(s.rss) - base_rss,
+         "device_bytes_max_above_start": max(device) - base_dev,
+         "device_bytes_first_chunk_above_start": device[0] - base_dev,
+         "rss_growth_bytes": max(rss) - base_rss,
          "event_bytes": int(res.spikes.steps.nbytes + res.spikes.neurons.nbytes),
          "dense_raster_bytes": steps * net.params.n}
   print(f"10^6 steps: {wall:.0f} s wall, {events} spikes, chunk {out['chunk']}")
-  print(f"  device memory (live arrays) at most {out['device_bytes_max_above_start'] / 2**20:.1f} MiB "
-        f"above the start; a dense raster would be {out['dense_raster_bytes'] / 2**30:.1f} GiB")
+  print(f"  device memory (live arrays) at most "
+        f"{out['device_bytes_max_above_start'] / 2**20:.2f} MiB above the start "
+        f"(first chunk: {out['device_bytes_first_chunk_above_start'] / 2**20:.2f} MiB); "
+        f"a dense raster would be {out['dense_raster_bytes'] / 2**30:.1f} GiB")
   print(f"  host RSS grew {out['rss_growth_bytes'] / 2**20:.1f} MiB; the events take "
         f"{out['event_bytes'] / 2**20:.1f} MiB (12 bytes per spike)")
   return out
