@@ -9,11 +9,12 @@ surface as a ``JaxRuntimeError`` and leave the run half-done.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
 import time
-from typing import Any, IO
+from typing import Any, IO, Iterator
 
 __all__ = ["StopButton", "ChunkBar"]
 
@@ -38,6 +39,8 @@ class StopButton:
     self._event = threading.Event()
     self._previous: Any = None
     self._installed = False
+    self._critical = 0
+    self._deferred = False
 
   @property
   def pressed(self) -> bool:
@@ -54,9 +57,25 @@ class StopButton:
     return self.pressed
 
   def _handler(self, signum: int, frame: Any) -> None:
-    if self._event.is_set():
+    if not self._event.is_set():
+      self._event.set()
+    elif self._critical:
+      self._deferred = True
+    else:
       raise KeyboardInterrupt
-    self._event.set()
+
+  @contextlib.contextmanager
+  def critical(self) -> Iterator[None]:
+    """A section a second SIGINT must not cut in two (States being written,
+    records being appended): its KeyboardInterrupt waits for the end."""
+    self._critical += 1
+    try:
+      yield
+    finally:
+      self._critical -= 1
+      if not self._critical and self._deferred:
+        self._deferred = False
+        raise KeyboardInterrupt
 
   def __enter__(self) -> "StopButton":
     if threading.current_thread() is threading.main_thread():

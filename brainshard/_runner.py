@@ -223,31 +223,45 @@ class Runner:
 
   def _chunks(self, loop: ChunkedLoop, n: int, stop: StopButton,
               bar: ChunkBar | None) -> None:
+    """Records each chunk as it finishes. A KeyboardInterrupt (a second
+    Ctrl-C) or an error leaves the States and records of the chunks recorded
+    so far: it is deferred while States or records are being written, and
+    the chunks not recorded are undone."""
     rec = self.recorder
     chunks = loop.iterate(n, start=self.step_count, stop=stop,
                           then=lambda out: (out, rec.dispatch(out)))
     writes = loop.written_states()
     try:
-      for chunk in chunks:
+      while True:
+        with stop.critical():  # dispatches the next chunk (writes States)
+          chunk = next(chunks, None)
+        if chunk is None:
+          break
         try:
           jax.block_until_ready(chunk.after)  # this chunk's steps are done
           data = rec.collect(chunk.start, chunk.length, chunk.out[1])
-          for name, fields in data.items():
-            for field, value in fields.items():
-              self.result.store.append(name, field, value)
         except BaseException:
-          chunks.close()  # undoes the chunks dispatched after this one
-          restore(writes, chunk.before)
+          with stop.critical():
+            chunks.close()  # undoes the chunks dispatched after this one
+            restore(writes, chunk.before)
           raise
-        self.step_count = chunk.start + chunk.length
-        self.result.steps += chunk.length
-        self.chunks_done += 1
+        with stop.critical():
+          self._record(chunk, data, writes)
         if bar is not None:
           bar.update(chunk.length)
-        if self.checkpoint_every and self.chunks_done % self.checkpoint_every == 0:
-          self._checkpoint(writes, chunk.after)
     finally:
-      chunks.close()
+      with stop.critical():
+        chunks.close()
+
+  def _record(self, chunk: Any, data: dict, writes: tuple[State, ...]) -> None:
+    for name, fields in data.items():
+      for field, value in fields.items():
+        self.result.store.append(name, field, value)
+    self.step_count = chunk.start + chunk.length
+    self.result.steps += chunk.length
+    self.chunks_done += 1
+    if self.checkpoint_every and self.chunks_done % self.checkpoint_every == 0:
+      self._checkpoint(writes, chunk.after)
 
   def reset_records(self) -> None:
     """Forgets what was recorded; the next records start at this step."""

@@ -357,3 +357,24 @@ def test_runner_doc_examples_run(monkeypatch, capsys):
   assert "10 2" in out.replace("Array(", "").replace(", dtype=int32)", "")
   import matplotlib.pyplot as plt
   plt.close("all")
+
+
+def test_a_second_sigint_raises_with_states_and_records_consistent():
+  """Ctrl-C twice while a chunk's records are being copied: the run stops
+  at once, with the States and records of the chunks recorded before."""
+  v, step, rng = make_net(noise=True)
+  runner = bs.Runner(step, monitors(v), chunk=32, progress=False)
+  collect = runner.recorder.collect
+
+  def collect_and_press(*args):
+    if runner.chunks_done == 2:
+      os.kill(os.getpid(), signal.SIGINT)  # stop at the next boundary
+      time.sleep(0.01)
+      os.kill(os.getpid(), signal.SIGINT)  # stop now
+      time.sleep(0.01)
+    return collect(*args)
+  runner.recorder.collect = collect_and_press
+  with pytest.raises(KeyboardInterrupt):
+    runner.run(32 * 120)
+  assert runner.step_count == 64 and runner.result.steps == 64
+  assert_matches_reference(runner.result, v, 64, noise=True, rng=rng)
