@@ -378,3 +378,21 @@ def test_a_second_sigint_raises_with_states_and_records_consistent():
     runner.run(32 * 120)
   assert runner.step_count == 64 and runner.result.steps == 64
   assert_matches_reference(runner.result, v, 64, noise=True, rng=rng)
+
+
+def test_step_with_the_global_step_index():
+  """index=True: step(i) gets the global step index, across chunks."""
+  v = bs.State(jnp.zeros(8), name="v")
+
+  def step(i):
+    v.value = v.value * 0.5 + (i % 3).astype(jnp.float32) + jnp.arange(8.0)
+    return v.value > 4.0
+  runner = bs.Runner(step, {"s": bs.SpikeMonitor(), "i": bs.StateMonitor(
+      lambda out: out.sum(), every=5)}, chunk=16, index=True, progress=False)
+  res = runner.run(50)
+  got = np.asarray(v.value)
+  v.value = jnp.zeros(8)
+  raster = np.asarray(bs.jit(lambda: bs.for_loop(step, jnp.arange(50)))())
+  np.testing.assert_array_equal(got, np.asarray(v.value))
+  np.testing.assert_array_equal(res.s.steps, np.nonzero(raster)[0])
+  np.testing.assert_array_equal(res.i.values, raster.sum(1)[4::5])
