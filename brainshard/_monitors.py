@@ -281,10 +281,11 @@ class Recorder:
                                             ).astype(np.int32)}
       elif m.every == 1:
         data[name] = {"steps": np.arange(start, start + length),
-                      **_fields(jax.tree.map(np.asarray, ys[name]))}
+                      **_fields(jax.tree.map(_host, ys[name]))}
       else:
         first, last = start // m.every, (start + length) // m.every
-        rows = jax.tree.map(lambda a: np.asarray(a)[:last - first], traces[name])
+        rows = jax.tree.map(lambda a: _host(a)[:last - first].copy(),
+                            traces[name])
         data[name] = {"steps": (np.arange(first, last) + 1) * m.every - 1,
                       **_fields(rows)}
     return data
@@ -306,6 +307,12 @@ class Recorder:
               "capacity= or on_overflow='grow'.") from None
         self.capacity[k] = _spikes.grown_capacity(e.needed, rows * n)
         comp = _spikes.compact(buf, self.capacity[k])
+
+
+def _host(x: Any) -> np.ndarray:
+  """A host copy (on CPU ``np.asarray`` may share the device buffer, which
+  would then stay alive as long as the record)."""
+  return np.array(x, copy=True)
 
 
 def _fields(tree: Any) -> dict[str, Any]:
