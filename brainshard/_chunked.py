@@ -44,13 +44,14 @@ class Chunk(NamedTuple):
 
 
 def chunk_lengths(n_steps: int, chunk: int) -> list[int]:
-  """Full chunks first, then the remainder: ``chunk_lengths(10, 4) == [4, 4, 2]``.
+  """Full chunks first, then the remainder: ``[4, 4, 2]`` for 10 and 4.
 
   The remainder comes last so that a run stopped after full chunks and then
   continued needs no program but these two.
   """
   if n_steps < 0 or chunk < 1:
-    raise ValueError(f"need n_steps >= 0 and chunk >= 1, got {n_steps}, {chunk}")
+    raise ValueError(
+        f"need n_steps >= 0 and chunk >= 1, got {n_steps}, {chunk}")
   full, rest = divmod(n_steps, chunk)
   return [chunk] * full + ([rest] if rest else [])
 
@@ -88,11 +89,13 @@ class ChunkedLoop:
     (Array(6., dtype=float32), 2)
   """
 
-  def __init__(self, step: Callable, chunk: int, *, init: Callable | None = None,
+  def __init__(self, step: Callable, chunk: int, *,
+               init: Callable | None = None,
                index: bool = False, donate_states: bool | str = False,
                name: str | None = None):
     if not isinstance(chunk, (int, np.integer)) or chunk < 1:
-      raise ValueError(f"ChunkedLoop: chunk must be a positive int, got {chunk!r}")
+      raise ValueError(
+          f"ChunkedLoop: chunk must be a positive int, got {chunk!r}")
     self.step = step
     self.chunk = int(chunk)
     self.init = init
@@ -134,8 +137,8 @@ class ChunkedLoop:
       carry, ys = scan(body, carry, steps)
       return (carry, ys) if init is not None else ys
 
-    chunk.__name__ = chunk.__qualname__ = (
-        "chunk{}_{}".format(length, re.sub(r"\W", "_", self._label.rsplit(".", 1)[-1])))
+    label = re.sub(r"\W", "_", self._label.rsplit(".", 1)[-1])
+    chunk.__name__ = chunk.__qualname__ = f"chunk{length}_{label}"
     return chunk
 
   def written_states(self) -> tuple[State, ...]:

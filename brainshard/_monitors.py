@@ -58,7 +58,8 @@ class SpikeMonitor(_Monitor):
   def __init__(self, source: Any = None, *, capacity: int | None = None,
                on_overflow: str = "grow"):
     if on_overflow not in ("grow", "raise"):
-      raise ValueError(f"on_overflow must be 'grow' or 'raise', got {on_overflow!r}")
+      raise ValueError(
+          f"on_overflow must be 'grow' or 'raise', got {on_overflow!r}")
     if capacity is not None and (not isinstance(capacity, int) or capacity < 1):
       raise ValueError(f"capacity must be a positive int, got {capacity!r}")
     self.source = source
@@ -66,7 +67,8 @@ class SpikeMonitor(_Monitor):
     self.on_overflow = on_overflow
 
   def __repr__(self) -> str:
-    return f"SpikeMonitor(source={_name(self.source)}, capacity={self.capacity})"
+    return (f"SpikeMonitor(source={_name(self.source)}, "
+            f"capacity={self.capacity})")
 
 
 class RateMonitor(_Monitor):
@@ -108,7 +110,8 @@ class StateMonitor(_Monitor):
       raise TypeError(
           f"StateMonitor: source must be a State or a callable, got {source!r}")
     if not isinstance(every, int) or every < 1:
-      raise ValueError(f"StateMonitor: every must be a positive int, got {every!r}")
+      raise ValueError(
+          f"StateMonitor: every must be a positive int, got {every!r}")
     self.source = source
     self.index = None if index is None else np.asarray(index)
     self.every = every

@@ -29,7 +29,8 @@ class Store:
     if self.path is not None:
       os.makedirs(self.path, exist_ok=True)
     self._cols: dict[tuple[str, str], list] = {}
-    self._meta: dict[tuple[str, str], tuple] = {}  # treedef, per-leaf (dtype, shape, rows)
+    # per column: treedef, rows per leaf, (dtype, row shape) per leaf
+    self._meta: dict[tuple[str, str], tuple] = {}
     self._cache: dict[tuple[str, str], Any] = {}
 
   def append(self, name: str, field: str, value: Any) -> None:
@@ -209,7 +210,7 @@ class Result:
     return _plots.rate(data, ax, bin_ms=bin_ms, **kw)
 
   def plot_traces(self, name: str | None = None, ax: Any = None, **kw) -> Any:
-    """Recorded traces (e.g. membrane potentials) over time; returns the Axes."""
+    """Recorded traces (e.g. membrane potentials); returns the Axes."""
     return _plots.traces(self[self._first("trace", name)], ax, **kw)
 
   def plot(self, title: str | None = None) -> Any:

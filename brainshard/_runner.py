@@ -91,7 +91,8 @@ class Runner:
                checkpoint_states: Mapping[str, State] | None = None,
                on_interrupt: str = "return"):
     if on_interrupt not in ("return", "raise"):
-      raise ValueError(f"on_interrupt must be 'return' or 'raise', got {on_interrupt!r}")
+      raise ValueError(
+          f"on_interrupt must be 'return' or 'raise', got {on_interrupt!r}")
     if checkpoint_every is not None:
       if checkpoint_dir is None:
         raise ValueError("checkpoint_every needs checkpoint_dir")
@@ -107,7 +108,8 @@ class Runner:
     self.max_chunk_bytes = max_chunk_bytes
     self.progress = progress
     self.checkpoint_every = checkpoint_every
-    self.checkpoint_dir = None if checkpoint_dir is None else os.fspath(checkpoint_dir)
+    self.checkpoint_dir = (None if checkpoint_dir is None
+                           else os.fspath(checkpoint_dir))
     self.checkpoint_states = checkpoint_states
     self.on_interrupt = on_interrupt
     self.step_count = 0       # steps run so far (the next step's index)
@@ -130,12 +132,13 @@ class Runner:
         raise ValueError("Runner.run(duration=...) needs the Runner's dt")
       steps = int(round(duration / self.dt))
     if int(steps) != steps or steps < 0:
-      raise ValueError(f"Runner.run: steps must be a non-negative int, got {steps!r}")
+      raise ValueError(
+          f"Runner.run: steps must be a non-negative int, got {steps!r}")
     return int(steps)
 
   @property
   def loop(self) -> ChunkedLoop:
-    """The chunked loop (built on the first run, once the chunk size is known)."""
+    """The chunked loop (built once the chunk size is known)."""
     return self._make_loop(None)
 
   def _make_loop(self, n: int | None) -> ChunkedLoop:
@@ -187,7 +190,8 @@ class Runner:
     """
     if steps is None and duration is None:
       if self.target is None or self.target <= self.step_count:
-        raise ValueError("Runner.run(): nothing to continue; give steps or duration")
+        raise ValueError(
+            "Runner.run(): nothing to continue; give steps or duration")
       n = self.target - self.step_count
     else:
       n = self._n_steps(steps, duration)
@@ -309,7 +313,8 @@ class Runner:
       found = sorted(p for p in os.listdir(self.checkpoint_dir)
                      if re.fullmatch(r"step_\d+", p))
       if not found:
-        raise FileNotFoundError(f"no step_* checkpoint in {self.checkpoint_dir}")
+        raise FileNotFoundError(
+            f"no step_* checkpoint in {self.checkpoint_dir}")
       path = os.path.join(self.checkpoint_dir, found[-1])
     meta = brainshard.restore_states(os.fspath(path), self._named_states())
     self.step_count = int(meta["step"])

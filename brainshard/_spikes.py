@@ -52,8 +52,10 @@ def zeros_like_aval(aval: Any, lead: int, dtype: Any) -> jax.Array:
   sharding = getattr(aval, "sharding", None)
   if isinstance(sharding, NamedSharding) and any(
       t == jax.sharding.AxisType.Explicit for t in sharding.mesh.axis_types):
-    spec = P(None, *sharding.spec, *([None] * (len(aval.shape) - len(sharding.spec))))
-    return jnp.zeros(shape, dtype, out_sharding=NamedSharding(sharding.mesh, spec))
+    rest = [None] * (len(aval.shape) - len(sharding.spec))
+    spec = P(None, *sharding.spec, *rest)
+    return jnp.zeros(shape, dtype,
+                     out_sharding=NamedSharding(sharding.mesh, spec))
   return jnp.zeros(shape, dtype)
 
 

@@ -213,7 +213,8 @@ def test_overflow_can_raise_and_leaves_states_and_records_consistent():
                                                       on_overflow="raise")},
                      chunk=64, progress=False)
   v0 = np.asarray(v.value)
-  with pytest.raises(RuntimeError, match=r"spike monitor \['spikes'\].*capacity 1"):
+  with pytest.raises(RuntimeError,
+                     match=r"spike monitor \['spikes'\].*capacity 1"):
     runner.run(200)
   np.testing.assert_array_equal(np.asarray(v.value), v0)  # rolled back
   assert runner.step_count == 0 and len(runner.result.spikes) == 0
