@@ -99,8 +99,9 @@ def test_chunked_run_equals_one_for_loop_on_one_device(noise):
   assert_matches_reference(res, v, 300, noise=noise, rng=rng)
 
 
-def test_chunked_run_equals_one_for_loop_on_eight_devices(monkeypatch):
-  mesh = jax.make_mesh((8,), ("x",))
+def test_chunked_run_equals_one_for_loop_on_eight_devices(monkeypatch,
+                                                          axis_type):
+  mesh = jax.make_mesh((8,), ("x",), axis_types=(axis_type,))
   shards = []
   compact = _spikes.compact
 
