@@ -247,20 +247,14 @@ class Recorder:
   def dispatch(self, out: Any) -> tuple:
     """Starts the device-side compaction of a chunk's outputs (async)."""
     (_, bufs, traces), ys = out
-    comps = [_spikes.compact(b, self._capacity(k, b))
+    comps = [_spikes.compact(b, self.capacity.get(k)
+                             or self._monitor_capacity(k))
              for k, b in enumerate(bufs)]
+    for k, c in enumerate(comps):
+      self.capacity.setdefault(k, c.capacity)
     for x in jax.tree.leaves((traces, ys)):
       x.copy_to_host_async()
     return bufs, comps, traces, ys
-
-  def _capacity(self, k: int, buf: Any) -> int:
-    cap = self.capacity.get(k)
-    if cap is None:
-      rows, n = buf.shape
-      want = self._monitor_capacity(k)
-      cap = want or _spikes.initial_capacity(rows, n)
-      self.capacity[k] = cap = int(min(cap, rows * n))
-    return cap
 
   def _monitor_capacity(self, k: int) -> int | None:
     caps = [m.capacity for n, m in self.monitors.items()
@@ -308,7 +302,8 @@ class Recorder:
               f"in the chunk of steps [{start}, {start + length}), more than "
               f"its capacity {e.capacity}. Give SpikeMonitor a bigger "
               "capacity= or on_overflow='grow'.") from None
-        self.capacity[k] = _spikes.grown_capacity(e.needed, rows * n)
+        self.capacity[k] = _spikes.grown_capacity(e.needed,
+                                                  rows * comp.n_local)
         comp = _spikes.compact(buf, self.capacity[k])
 
 

@@ -107,18 +107,21 @@ def _compactor(mesh: Any, axes: Any, capacity: int):
                                out_specs=(out, out, out)))
 
 
-def compact(buf: jax.Array, capacity: int) -> Compacted:
-  """Dispatches the compaction of a word buffer ``[rows, n]`` (async)."""
+def compact(buf: jax.Array, capacity: int | None) -> Compacted:
+  """Dispatches the compaction of a word buffer ``[rows, n]`` (async);
+  ``capacity``: words per shard, None for a first guess."""
   axes = _neuron_axes(buf.sharding, buf.ndim)
   mesh = buf.sharding.mesh if axes is not None else None
   shards = 1
   if axes is not None:
     for a in (axes if isinstance(axes, tuple) else (axes,)):
       shards *= mesh.shape[a]
+  rows, n_local = buf.shape[0], buf.shape[1] // shards
+  capacity = min(capacity or initial_capacity(rows, n_local), rows * n_local)
   pos, words, counts = _compactor(mesh, axes, capacity)(buf)
   for x in (pos, words, counts):
     x.copy_to_host_async()
-  return Compacted(pos, words, counts, shards, buf.shape[1] // shards, capacity)
+  return Compacted(pos, words, counts, shards, n_local, capacity)
 
 
 def decode(c: Compacted, start: int, length: int, base: int

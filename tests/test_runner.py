@@ -270,6 +270,13 @@ def test_progress_bar_shows_rate_simulated_time_and_eta():
   assert "500/1000" in out.getvalue() and "sim/s" in out.getvalue()
 
 
+def test_runner_shows_one_bar(capsys):
+  v, step, _ = make_net()
+  bs.Runner(step, {}, dt=0.1, chunk=50, progress="lif net").run(200)
+  err = capsys.readouterr().err
+  assert "lif net" in err and "200/200" in err and "sim/s" in err
+
+
 def test_plots_draw_what_was_recorded():
   pytest.importorskip("matplotlib")
   import matplotlib
