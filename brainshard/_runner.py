@@ -83,7 +83,7 @@ class Runner:
 
   def __init__(self, step: Callable, monitors: Mapping[str, Any] | None = None,
                *, dt: float | None = None, chunk: int | None = None,
-               chunk_seconds: float = 1.0, max_chunk_bytes: int = 256 << 20,
+               chunk_seconds: float = 0.5, max_chunk_bytes: int = 256 << 20,
                index: bool = False, progress: bool | str = True,
                store: str | os.PathLike | None = None,
                checkpoint_every: int | None = None,
