@@ -115,17 +115,72 @@ class StateMonitor(_Monitor):
     self.source = source
     self.index = None if index is None else np.asarray(index)
     self.every = every
+    self._local: _LocalTake | None = None
+
+  def plan(self) -> None:
+    """At top level, before tracing: picks neurons per shard when the source
+    is a sharded State (see :class:`_LocalTake`)."""
+    self._local = _LocalTake.plan(self.source, self.index)
 
   def value(self, out: Any) -> Any:
     x = self._read(out)
     if self.index is None:
       return x
+    if self._local is not None:
+      return self._local(x)
     return jax.tree.map(lambda a: _take(a, self.index), x)
+
+  def to_host(self, values: Any) -> Any:
+    """Host copies of recorded values, columns in the order of ``index``."""
+    values = jax.tree.map(_host, values)
+    if self._local is None:
+      return values
+    return values[:, self._local.order]
 
   def __repr__(self) -> str:
     index = None if self.index is None else self.index.tolist()
     return (f"StateMonitor(source={_name(self.source)}, index={index}, "
             f"every={self.every})")
+
+
+class _LocalTake:
+  """``x[index]`` of a State sharded along its first axis, without a
+  collective: each shard picks its own neurons (padded to the same count)
+  under ``jax.shard_map``; the result stays sharded and the host puts the
+  columns back in order. (``x[index]`` on the global array would gather the
+  values across devices every step.)"""
+
+  def __init__(self, mesh, axes, table: np.ndarray, order: np.ndarray):
+    self.mesh, self.axes, self.table, self.order = mesh, axes, table, order
+
+  @classmethod
+  def plan(cls, source: Any, index: Any) -> "_LocalTake | None":
+    value = source._value if isinstance(source, State) else None
+    sharding = getattr(value, "sharding", None)
+    if (index is None or index.ndim != 1
+        or not isinstance(sharding, jax.sharding.NamedSharding)
+        or not sharding.spec or sharding.spec[0] is None):
+      return None
+    axes = sharding.spec[0]
+    shards = int(np.prod([sharding.mesh.shape[a] for a in (
+        axes if isinstance(axes, tuple) else (axes,))]))
+    n_local = value.shape[0] // shards
+    shard, local = np.divmod(index.astype(np.int64) % value.shape[0], n_local)
+    rank = np.array([np.sum(shard[:j] == shard[j]) for j in range(len(index))],
+                    np.int64)
+    m = int(rank.max(initial=0)) + 1
+    table = np.zeros((shards, m), np.int32)
+    table[shard, rank] = local
+    return cls(sharding.mesh, axes, table, shard * m + rank)
+
+  def __call__(self, x: Any) -> Any:
+    spec = jax.sharding.PartitionSpec(self.axes)
+    table, axes = self.table, self.axes
+
+    def local(x):
+      return x[jnp.asarray(table)[jax.lax.axis_index(axes)]]
+    return jax.shard_map(local, mesh=self.mesh, in_specs=spec,
+                         out_specs=spec)(x)
 
 
 def _take(a: Any, index: np.ndarray) -> Any:
@@ -189,6 +244,10 @@ class Recorder:
   def discover(self) -> tuple[Any, tuple[State, ...]]:
     """Avals of the recorded values and the States the step writes."""
     if self._avals is None:
+      for m in self.monitors.values():
+        if isinstance(m, StateMonitor):
+          m.plan()
+
       def probe(i):
         out = self.run_step(i)
         return ([m._read(out) for m in self.sources],
@@ -278,11 +337,11 @@ class Recorder:
                                             ).astype(np.int32)}
       elif m.every == 1:
         data[name] = {"steps": np.arange(start, start + length),
-                      **_fields(jax.tree.map(_host, ys[name]))}
+                      **_fields(m.to_host(ys[name]))}
       else:
         first, last = start // m.every, (start + length) // m.every
-        rows = jax.tree.map(lambda a: _host(a)[:last - first].copy(),
-                            traces[name])
+        rows = jax.tree.map(lambda a: a[:last - first].copy(),
+                            m.to_host(traces[name]))
         data[name] = {"steps": (np.arange(first, last) + 1) * m.every - 1,
                       **_fields(rows)}
     return data
