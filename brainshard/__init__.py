@@ -24,6 +24,10 @@ from brainshard._scaleout.place import ShardedInit, place, resolve_spec, sharded
 from brainshard._scaleout.describe import StateInfo, StateTable, describe, visualize
 from brainshard._scaleout.multihost import gather, init_distributed
 from brainshard._scaleout.checkpoint import restore_states, save_states
+from brainshard._simulation.chunked import Chunk, ChunkedLoop
+from brainshard._simulation.monitors import RateMonitor, SpikeMonitor, StateMonitor
+from brainshard._simulation.records import RateData, Result, SpikeData, TraceData
+from brainshard._simulation.runner import Runner
 
 __version__ = "0.1.0"
 
@@ -48,4 +52,7 @@ __all__ = [
     "sharded_init", "ShardedInit", "describe", "visualize", "StateInfo",
     "StateTable", "gather", "init_distributed", "save_states",
     "restore_states",
+    # long runs: chunks, monitors, records
+    "ChunkedLoop", "Chunk", "Runner", "SpikeMonitor", "RateMonitor",
+    "StateMonitor", "Result", "SpikeData", "RateData", "TraceData",
 ]

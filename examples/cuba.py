@@ -282,11 +282,47 @@ class EINetwork:
     n_steps = int(round(duration_ms / self.params.dt))
     return self.compiled_run(n_steps, pbar)()
 
+  def runner(self, trace: tuple[int, ...] = (0, 1, 2, 3200), **kwargs: Any):
+    """A ``bs.Runner`` that records the spikes (as sparse events), the
+    population rate and the membrane potential of the neurons ``trace``;
+    ``kwargs`` go to ``bs.Runner`` (``chunk``, ``progress``, ...).
+
+    Its runs are chunked, can be stopped with Ctrl-C (or a notebook's stop
+    button) at a chunk boundary and continued with ``runner.run()``, and
+    their result draws itself (``result.plot()``).
+    """
+    import brainshard as bs
+    monitors = {"spikes": bs.SpikeMonitor(), "rate": bs.RateMonitor(),
+                "v": bs.StateMonitor(self.v, index=list(trace))}
+    return bs.Runner(self.step, monitors, dt=self.params.dt, **kwargs)
+
 
 def mean_rate(spikes: Any, dt_ms: float) -> float:
   """Mean firing rate in Hz of a ``[steps, n]`` spike array."""
   spikes = np.asarray(spikes)
   return float(spikes.sum()) / (spikes.shape[1] * spikes.shape[0] * dt_ms * 1e-3)
+
+
+def valid_device_counts(n: int = 4000, most: int = 64) -> list[int]:
+  """Device counts the network splits over evenly (up to ``most``)."""
+  return [d for d in range(1, most + 1) if n % d == 0]
+
+
+def save_figure(result: Any, path: str, title: str = "") -> bool:
+  """Saves the runner's raster / rate / voltage figure; False without
+  matplotlib."""
+  try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+  except ImportError:
+    print("matplotlib is not installed: no raster plot saved "
+          "(pip install matplotlib).")
+    return False
+  fig = result.plot(title=title)
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+  return True
 
 
 def save_raster(spikes: Any, dt_ms: float, path: str, title: str = "") -> bool:
@@ -324,6 +360,12 @@ def main(argv: list[str] | None = None) -> dict:
   parser.add_argument("--progress", action="store_true",
                       help="show a progress bar while simulating")
   args = parser.parse_args(argv)
+  n_neurons = Params().n
+  if args.devices is not None and (
+      args.devices < 1 or n_neurons % args.devices):
+    sys.exit(f"cuba.py: --devices {args.devices}: the {n_neurons} neurons must "
+             "split evenly over the devices; valid device counts: "
+             f"{', '.join(map(str, valid_device_counts(n_neurons)))}, ...")
 
   import jax
   if args.devices and jax.config.jax_platforms in (None, "", "cpu"):
@@ -341,27 +383,29 @@ def main(argv: list[str] | None = None) -> dict:
   net = EINetwork(mesh, args.model, seed=args.seed)
   build_s = time.perf_counter() - t0
 
-  n_steps = int(round(args.duration * 1e3 / net.params.dt))
-  pbar = bs.ProgressBar(desc=args.model.upper()) if args.progress else None
+  runner = net.runner(progress=args.model.upper() if args.progress else False)
   t0 = time.perf_counter()
-  run = net.compiled_run(n_steps, pbar)
-  compile_s = time.perf_counter() - t0
-  t0 = time.perf_counter()
-  spikes = jax.block_until_ready(run())
+  res = runner.run(duration=args.duration * 1e3)  # compiles, then runs
   run_s = time.perf_counter() - t0
-  rate = mean_rate(spikes, net.params.dt)
+  simulated = res.steps * net.params.dt * 1e-3
+  rate = len(res.spikes) / (net.params.n * simulated) if simulated else 0.0
   low, high = RATE_RANGE[args.model]
-  result = dict(model=args.model, devices=n_dev, duration_s=args.duration,
-                rate_hz=rate, build_s=build_s, compile_s=compile_s,
-                run_s=run_s, s_per_simulated_s=run_s / args.duration)
+  result = dict(model=args.model, devices=n_dev, duration_s=simulated,
+                rate_hz=rate, build_s=build_s, run_s=run_s,
+                spikes=len(res.spikes), chunk=runner.loop.chunk,
+                interrupted=res.interrupted,
+                s_per_simulated_s=run_s / simulated if simulated else None)
   print(f"{args.model.upper()} network, {net.params.n} neurons on {n_dev} "
-        f"device(s), {args.duration:g} s simulated")
+        f"device(s), {simulated:g} s simulated"
+        f"{' (interrupted)' if res.interrupted else ''}")
   print(f"  mean firing rate: {rate:.2f} Hz (reference range "
         f"{low:g}-{high:g} Hz){'' if low <= rate <= high else '  OUT OF RANGE'}")
-  print(f"  build {build_s:.2f} s, compile {compile_s:.2f} s, run "
-        f"{run_s:.2f} s = {run_s / args.duration:.2f} s per simulated second")
+  print(f"  {len(res.spikes)} spikes recorded as events, chunks of "
+        f"{runner.loop.chunk} steps")
+  print(f"  build {build_s:.2f} s, run (with compile) {run_s:.2f} s = "
+        f"{run_s / max(simulated, 1e-9):.2f} s per simulated second")
   if args.plot:
-    if save_raster(spikes, net.params.dt, args.plot,
+    if save_figure(res, args.plot,
                    f"{args.model.upper()}, {rate:.1f} Hz, {n_dev} device(s)"):
       print(f"  raster saved to {args.plot}")
   return result

@@ -69,3 +69,24 @@ def test_cli_runs_and_saves_a_raster(tmp_path, capsys):
   assert out.stat().st_size > 1000
   assert result["devices"] == 2 and result["rate_hz"] > 0
   assert "mean firing rate" in capsys.readouterr().out
+
+
+def test_runner_records_the_same_spikes_as_one_loop(cuba_one_second):
+  """The runner's sparse events are the non-zeros of the dense raster."""
+  net, one = cuba_one_second
+  net.reset()
+  runner = net.runner(chunk=500, progress=False)
+  res = runner.run(duration=100.0)  # 1000 steps: 2 chunks
+  steps, neurons = np.nonzero(one[:1000])
+  np.testing.assert_array_equal(res.spikes.steps, steps)
+  np.testing.assert_array_equal(res.spikes.neurons, neurons)
+  np.testing.assert_array_equal(res.rate.counts, one[:1000].sum(1))
+  assert res.v.values.shape == (1000, 4)
+
+
+def test_cli_rejects_a_device_count_that_does_not_divide_the_network():
+  with pytest.raises(SystemExit) as err:
+    cuba.main(["--devices", "3"])
+  msg = str(err.value.code)
+  assert "\n" not in msg
+  assert "--devices 3" in msg and "valid device counts: 1, 2, 4, 5, 8" in msg

@@ -1,0 +1,108 @@
+"""Monitors and their pieces: spike words across chunk boundaries that do
+not fall on a word, per-shard compaction, pytree traces, the record store."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import brainshard as bs
+from brainshard._simulation import spikes as _spikes
+from brainshard._simulation.records import Store
+
+
+def _random_net(n=40, seed=0):
+  rng = np.random.default_rng(seed)
+  v = bs.State(jnp.asarray(rng.random(n), jnp.float32), name="v")
+  rate = jnp.asarray(rng.random(n) * 0.3, jnp.float32)
+
+  def step():
+    x = v.value + rate
+    fired = x > 1.0
+    v.value = jnp.where(fired, x - 1.0, x)
+    return fired
+  return v, step
+
+
+@pytest.mark.parametrize("chunk", [45, 7, 200])
+def test_spike_events_across_unaligned_chunks(chunk):
+  """Chunks that start inside a 32-step word share it with the previous
+  chunk: each event is reported once, by the chunk it happened in."""
+  v, step = _random_net()
+  res = bs.Runner(step, {"s": bs.SpikeMonitor(), "r": bs.RateMonitor()},
+                  chunk=chunk, progress=False).run(200)
+  v2, step2 = _random_net()
+  raster = np.asarray(bs.jit(lambda: bs.for_loop(step2, length=200))())
+  steps, neurons = np.nonzero(raster)
+  assert len(steps) > 100
+  np.testing.assert_array_equal(res.s.steps, steps)
+  np.testing.assert_array_equal(res.s.neurons, neurons)
+  np.testing.assert_array_equal(res.r.counts, raster.sum(1))
+
+
+def test_compaction_per_shard_finds_every_word():
+  mesh = jax.make_mesh((4,), ("x",))
+  rng = np.random.default_rng(1)
+  words = (rng.random((5, 64)) < 0.1) * rng.integers(1, 2**32, (5, 64))
+  buf = jax.device_put(jnp.asarray(words, jnp.uint32),
+                       NamedSharding(mesh, P(None, "x")))
+  c = _spikes.compact(buf, capacity=16)
+  assert (c.shards, c.n_local) == (4, 16)
+  steps, neurons = _spikes.decode(c, start=0, length=5 * 32, base=0)
+  bits = (words[:, None, :] >> np.arange(32)[None, :, None]) & 1
+  ref_steps, ref_neurons = np.nonzero(bits.reshape(5 * 32, 64))
+  np.testing.assert_array_equal(steps, ref_steps)
+  np.testing.assert_array_equal(neurons, ref_neurons)
+  with pytest.raises(_spikes.Overflow):
+    _spikes.decode(_spikes.compact(buf, capacity=1), 0, 160, 0)
+
+
+def test_state_monitor_of_a_pytree_every_three_steps(tmp_path):
+  v, step = _random_net()
+
+  def both():
+    return {"mean": v.value.mean(), "first": v.value[:2]}
+  for store in (None, tmp_path):
+    v.value = jnp.zeros(40)
+    res = bs.Runner(step, {"m": bs.StateMonitor(both, every=3)}, chunk=10,
+                    progress=False, store=store).run(31)
+    assert res.m.steps.tolist() == list(range(2, 31, 3))
+    assert res.m.values["first"].shape == (10, 2)
+  v.value = jnp.zeros(40)
+
+  def ref():
+    step()
+    return both()
+  out = bs.jit(lambda: bs.for_loop(ref, length=31))()
+  np.testing.assert_array_equal(res.m.values["mean"], out["mean"][2::3])
+  np.testing.assert_array_equal(res.m.values["first"], out["first"][2::3])
+
+
+def test_store_in_memory_and_on_disk_agree(tmp_path):
+  for path in (None, tmp_path):
+    store = Store(path)
+    store.append("a", "x", np.arange(3))
+    store.append("a", "x", np.arange(3, 5))
+    store.append("a", "y", {"p": np.ones((2, 2)), "q": np.zeros(2, np.int8)})
+    assert store.get("a", "x").tolist() == [0, 1, 2, 3, 4]
+    assert store.get("a", "y")["p"].shape == (2, 2)
+    assert store.get("a", "y")["q"].dtype == np.int8
+    store.clear()
+    assert store.get("a", "x") is None
+
+
+def test_monitor_arguments_are_checked():
+  v = bs.State(jnp.zeros(3), name="v")
+  with pytest.raises(ValueError, match="on_overflow"):
+    bs.SpikeMonitor(on_overflow="drop")
+  with pytest.raises(ValueError, match="every"):
+    bs.StateMonitor(v, every=0)
+  with pytest.raises(TypeError, match="source"):
+    bs.StateMonitor(None)
+  with pytest.raises(TypeError, match="expected a SpikeMonitor"):
+    bs.Runner(lambda: None, {"x": 3})
+  with pytest.raises(ValueError, match="1-D"):
+    runner = bs.Runner(lambda: v.value.reshape(1, 3) > 0,
+                       {"s": bs.SpikeMonitor()}, chunk=4, progress=False)
+    runner.run(4)

@@ -1,0 +1,407 @@
+"""bs.Runner: a chunked run equals one bs.for_loop bit for bit (States and
+records), on 1 and 8 devices; Ctrl-C stops at a chunk boundary and the run
+continues; at most two compiles; overflow; disk store; checkpoints."""
+
+import contextlib
+import io
+import logging
+import os
+import signal
+import threading
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import brainshard as bs
+from brainshard._simulation import spikes as _spikes
+from brainshard._simulation.progress_chunks import ChunkBar
+
+IDX = [0, 5, 63]
+
+
+def make_net(n=64, mesh=None, noise=False):
+  """Leaky neurons with a constant drive (and optional noise): v, step."""
+  put = ((lambda x: jax.device_put(x, NamedSharding(mesh, P("x"))))
+         if mesh is not None else (lambda x: x))
+  spec = P("x") if mesh is not None else None
+  v = bs.State(put(jnp.linspace(0.0, 0.9, n)), name="v", spec=spec)
+  drive = bs.ParamState(put(0.02 + 0.1 * jnp.arange(n) / n), name="drive",
+                        spec=spec)
+  rng = bs.RandomState(0) if noise else None
+
+  def local():
+    x = v.value * 0.97 + drive.value
+    if rng is not None:
+      x = x + bs.random.uniform(0.0, 0.02, size=x.shape, key=rng)
+    spikes = x > 1.0
+    v.value = jnp.where(spikes, 0.0, x)
+    return spikes
+
+  if mesh is None:
+    return v, local, rng
+  return v, bs.shard_map(local, mesh=mesh, in_specs=(), out_specs=P("x")), rng
+
+
+def picked(x, mesh):
+  if mesh is None:
+    return x[jnp.asarray(IDX)]
+  return x.at[jnp.asarray(IDX)].get(out_sharding=NamedSharding(mesh, P()))
+
+
+def reference(n_steps, mesh=None, noise=False):
+  """One bs.for_loop of n_steps on a fresh network: final v, raster,
+  traces of IDX, mean v per step, and the key (if any)."""
+  v, step, rng = make_net(mesh=mesh, noise=noise)
+
+  def ref():
+    s = step()
+    return s, picked(v.value, mesh), v.value.mean()
+  if n_steps == 0:
+    return np.asarray(v.value), np.zeros((0, 64), bool), None, None, rng
+  spikes, traces, means = bs.jit(lambda: bs.for_loop(ref, length=n_steps))()
+  return (np.asarray(v.value), np.asarray(spikes), np.asarray(traces),
+          np.asarray(means), rng)
+
+
+def monitors(v):
+  return {"spikes": bs.SpikeMonitor(), "rate": bs.RateMonitor(),
+          "v": bs.StateMonitor(v, index=IDX),
+          "mean": bs.StateMonitor(lambda: v.value.mean(), every=7)}
+
+
+def assert_matches_reference(res, v, n_steps, mesh=None, noise=False, rng=None):
+  v_ref, raster, traces, means, rng_ref = reference(n_steps, mesh, noise)
+  np.testing.assert_array_equal(np.asarray(v.value), v_ref)
+  if rng is not None:
+    np.testing.assert_array_equal(jax.random.key_data(rng.value),
+                                  jax.random.key_data(rng_ref.value))
+  steps, neurons = np.nonzero(raster)
+  np.testing.assert_array_equal(res.spikes.steps, steps)
+  np.testing.assert_array_equal(res.spikes.neurons, neurons)
+  np.testing.assert_array_equal(res.rate.counts, raster.sum(1))
+  if n_steps:
+    np.testing.assert_array_equal(res.v.values, traces)
+    np.testing.assert_array_equal(res.v.steps, np.arange(n_steps))
+    np.testing.assert_array_equal(res.mean.values, means[6::7])
+    np.testing.assert_array_equal(res.mean.steps, np.arange(6, n_steps, 7))
+
+
+@pytest.mark.parametrize("noise", [False, True], ids=["drive", "noise"])
+def test_chunked_run_equals_one_for_loop_on_one_device(noise):
+  v, step, rng = make_net(noise=noise)
+  runner = bs.Runner(step, monitors(v), dt=0.1, chunk=64, progress=False)
+  res = runner.run(300)  # 4 chunks of 64 and one of 44
+  assert res.steps == 300 and len(res.spikes) > 500
+  assert_matches_reference(res, v, 300, noise=noise, rng=rng)
+
+
+def test_chunked_run_equals_one_for_loop_on_eight_devices(monkeypatch,
+                                                          axis_type):
+  mesh = jax.make_mesh((8,), ("x",), axis_types=(axis_type,))
+  shards = []
+  compact = _spikes.compact
+
+  def spy(buf, capacity):
+    out = compact(buf, capacity)
+    shards.append(out.shards)
+    return out
+  monkeypatch.setattr(_spikes, "compact", spy)
+  v, step, _ = make_net(mesh=mesh)
+  res = bs.Runner(step, monitors(v), dt=0.1, chunk=64, progress=False).run(300)
+  assert v.value.sharding.spec == P("x")
+  assert shards and set(shards) == {8}  # compacted per shard
+  assert_matches_reference(res, v, 300, mesh=mesh)
+
+
+def test_compaction_gathers_no_whole_raster():
+  mesh = jax.make_mesh((8,), ("x",))
+  buf = jax.device_put(jnp.zeros((4, 64), jnp.uint32),
+                       NamedSharding(mesh, P(None, "x")))
+  hlo = _spikes._compactor(mesh, "x", 16).lower(buf).as_text()
+  assert "all-gather" not in hlo and "all_gather" not in hlo
+
+
+@contextlib.contextmanager
+def compile_log():
+  """Names of the programs XLA compiles inside the block."""
+  names = []
+
+  class Handler(logging.Handler):
+    def emit(self, record):
+      msg = record.getMessage()
+      if msg.startswith("Compiling "):
+        names.append(msg.split()[1])
+  handler = Handler()
+  logging.getLogger("jax").addHandler(handler)
+  try:
+    with jax.log_compiles():
+      yield names
+  finally:
+    logging.getLogger("jax").removeHandler(handler)
+
+
+def test_a_run_compiles_at_most_two_chunk_programs():
+  v, step, _ = make_net()
+  runner = bs.Runner(step, monitors(v), chunk=32, progress=False)
+  with compile_log() as names:
+    runner.run(100)
+  chunks = [n for n in names if "chunk" in n]
+  assert sorted(chunks) == ["jit(chunk32_local)", "jit(chunk4_local)"]
+  assert runner.loop.compiles == 2
+  with compile_log() as names:
+    runner.run(100)  # the same lengths again: nothing new
+  assert not names
+  assert runner.result.steps == 200
+
+
+def _press_ctrl_c_after(runner, chunks):
+  def press():
+    while runner.chunks_done < chunks:
+      time.sleep(0.0005)
+    os.kill(os.getpid(), signal.SIGINT)
+  thread = threading.Thread(target=press, daemon=True)
+  thread.start()
+  return thread
+
+
+def test_sigint_stops_at_a_chunk_boundary_and_the_run_continues(capsys):
+  v, step, rng = make_net(noise=True)
+  runner = bs.Runner(step, monitors(v), chunk=32, progress=False)
+  n = 32 * 120 + 5
+  before = signal.getsignal(signal.SIGINT)
+  thread = _press_ctrl_c_after(runner, 2)
+  res = runner.run(n)
+  thread.join()
+  assert signal.getsignal(signal.SIGINT) is before  # handler put back
+  assert res.interrupted and "runner.run() continues" in capsys.readouterr().err
+  done = runner.step_count
+  assert 64 <= done < n and done % 32 == 0 and res.steps == done
+  assert_matches_reference(res, v, done, noise=True, rng=rng)
+  res = runner.run()  # continue
+  assert not res.interrupted and res.steps == n
+  assert_matches_reference(res, v, n, noise=True, rng=rng)
+
+
+def test_sigint_can_raise_instead():
+  v, step, _ = make_net()
+  runner = bs.Runner(step, {}, chunk=32, progress=False, on_interrupt="raise")
+  thread = _press_ctrl_c_after(runner, 1)
+  with pytest.raises(KeyboardInterrupt, match="interrupted after step"):
+    runner.run(32 * 120)
+  thread.join()
+  np.testing.assert_array_equal(np.asarray(v.value),
+                                reference(runner.step_count)[0])
+
+
+def test_overflow_grows_the_buffer_and_loses_nothing():
+  v, step, _ = make_net()
+  runner = bs.Runner(step, {"spikes": bs.SpikeMonitor(capacity=1)},
+                     chunk=64, progress=False)
+  res = runner.run(200)
+  steps, neurons = np.nonzero(reference(200)[1])
+  np.testing.assert_array_equal(res.spikes.steps, steps)
+  np.testing.assert_array_equal(res.spikes.neurons, neurons)
+  assert runner.recorder.capacity[0] > 1
+
+
+def test_overflow_can_raise_and_leaves_states_and_records_consistent():
+  v, step, _ = make_net()
+  runner = bs.Runner(step, {"spikes": bs.SpikeMonitor(capacity=1,
+                                                      on_overflow="raise")},
+                     chunk=64, progress=False)
+  v0 = np.asarray(v.value)
+  with pytest.raises(RuntimeError,
+                     match=r"spike monitor \['spikes'\].*capacity 1"):
+    runner.run(200)
+  np.testing.assert_array_equal(np.asarray(v.value), v0)  # rolled back
+  assert runner.step_count == 0 and len(runner.result.spikes) == 0
+
+
+def test_records_stream_to_disk(tmp_path):
+  v, step, _ = make_net()
+  res = bs.Runner(step, monitors(v), chunk=64, progress=False,
+                  store=tmp_path).run(150)
+  assert isinstance(res.spikes.steps, np.memmap)
+  assert_matches_reference(res, v, 150)
+  assert any(p.name.startswith("spikes.") for p in tmp_path.iterdir())
+
+
+def test_chunked_loop_undoes_chunks_dispatched_ahead():
+  v, step, _ = make_net()
+  loop = bs.ChunkedLoop(step, chunk=16)
+  for chunk in loop.iterate(160):
+    if chunk.index == 2:
+      break  # the 4th chunk was already dispatched: it is undone
+  np.testing.assert_array_equal(np.asarray(v.value), reference(48)[0])
+
+
+def test_chunk_size_from_time_and_memory():
+  v, step, _ = make_net()
+  runner = bs.Runner(step, monitors(v), chunk_seconds=0.05,
+                     max_chunk_bytes=1 << 30, progress=False)
+  k = runner.loop.chunk
+  assert k % 32 == 0 and k >= 32
+  v0 = np.asarray(v.value)
+  np.testing.assert_array_equal(v0, reference(0)[0])  # timing left no trace
+  small = bs.Runner(step, monitors(v), max_chunk_bytes=10_000,
+                    progress=False)
+  per_step = 64 / 8 + 3 * 4 + 4 / 7  # spike bits, 3 traces, a mean every 7
+  assert 10_000 / per_step / 2 <= small.loop.chunk <= 10_000 / per_step
+
+
+def test_progress_bar_shows_rate_simulated_time_and_eta():
+  out = io.StringIO()
+  bar = ChunkBar(1000, dt=0.1, desc="net", file=out, use_tqdm=False)
+  time.sleep(0.01)
+  bar.update(400)
+  bar.close()
+  text = out.getvalue()
+  assert "net:  40% 400/1000 steps" in text and "steps/s" in text
+  assert "ETA" in text and "s sim/s" in text
+  pytest.importorskip("tqdm")
+  out = io.StringIO()
+  bar = ChunkBar(1000, dt=0.1, file=out)
+  bar.update(500)
+  bar.close()
+  assert "500/1000" in out.getvalue() and "sim/s" in out.getvalue()
+
+
+def test_runner_shows_one_bar(capsys):
+  v, step, _ = make_net()
+  bs.Runner(step, {}, dt=0.1, chunk=50, progress="lif net").run(200)
+  err = capsys.readouterr().err
+  assert "lif net" in err and "200/200" in err and "sim/s" in err
+
+
+def test_plots_draw_what_was_recorded():
+  pytest.importorskip("matplotlib")
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  v, step, _ = make_net()
+  res = bs.Runner(step, monitors(v), dt=0.1, chunk=64, progress=False).run(200)
+  ax = res.plot_raster()
+  assert len(ax.collections[0].get_offsets()) == len(res.spikes)
+  ax = res.plot_rate(bin_ms=1.0)
+  assert len(ax.lines[0].get_xdata()) == 20  # 200 steps / 10 per bin
+  ax = res.plot_traces("v")
+  assert len(ax.lines) == len(IDX)
+  fig = res.plot(title="net")
+  assert len(fig.axes) == 3
+  plt.close("all")
+
+
+def _fake_checkpoints(monkeypatch):
+  saved = {}
+
+  def save_states(path, states, *, overwrite=False, metadata=None, block=True):
+    saved[path] = ({k: np.asarray(s.value) for k, s in states.items()},
+                   dict(metadata))
+
+  def restore_states(path, states, *, strict=True):
+    values, meta = saved[path]
+    for k, s in states.items():
+      s.value = jnp.asarray(values[k])
+    return meta
+  monkeypatch.setattr(bs, "save_states", save_states, raising=False)
+  monkeypatch.setattr(bs, "restore_states", restore_states, raising=False)
+  return saved
+
+
+def test_checkpoint_hook_calls_save_and_restore(monkeypatch, tmp_path):
+  saved = _fake_checkpoints(monkeypatch)
+  v, step, _ = make_net()
+  runner = bs.Runner(step, {}, dt=0.1, chunk=32, progress=False,
+                     checkpoint_every=2, checkpoint_dir=tmp_path)
+  runner.run(200)  # chunks end at 32, 64, ..., 192, 200
+  steps = sorted(meta["step"] for _, meta in saved.values())
+  assert steps == [64, 128, 192]
+  values, meta = saved[os.path.join(tmp_path, "step_000000000128")]
+  np.testing.assert_array_equal(values["v"], reference(128)[0])
+  assert meta["time"] == pytest.approx(12.8)
+  os.makedirs(tmp_path / "step_000000000128")
+  os.makedirs(tmp_path / "step_000000000192")
+  assert runner.restore()["step"] == 192
+  runner.run(8)
+  np.testing.assert_array_equal(np.asarray(v.value), reference(200)[0])
+
+
+@pytest.mark.skipif(not hasattr(bs, "save_states"),
+                    reason="bs.save_states (issue 13) is not merged yet")
+def test_checkpoint_resume_with_the_real_checkpoints(tmp_path):
+  v, step, rng = make_net(noise=True)
+  runner = bs.Runner(step, monitors(v), dt=0.1, chunk=32, progress=False,
+                     checkpoint_every=1, checkpoint_dir=tmp_path)
+  runner.run(96)
+  v2, step2, rng2 = make_net(noise=True)
+  again = bs.Runner(step2, monitors(v2), dt=0.1, chunk=32, progress=False,
+                    checkpoint_dir=tmp_path)
+  meta = again.restore(tmp_path / "step_000000000064")
+  assert meta["step"] == 64
+  res = again.run(32)
+  np.testing.assert_array_equal(np.asarray(v2.value), np.asarray(v.value))
+  steps, _ = np.nonzero(reference(96, noise=True)[1])
+  np.testing.assert_array_equal(res.spikes.steps, steps[steps >= 64])
+
+
+@pytest.mark.slow
+def test_runner_doc_examples_run(monkeypatch, capsys):
+  """The python blocks of docs/runner.md run in order, as written."""
+  import pathlib
+  import re
+  import sys
+  root = pathlib.Path(__file__).resolve().parents[1]
+  text = (root / "docs" / "runner.md").read_text()
+  monkeypatch.chdir(root)
+  monkeypatch.setattr(sys, "path", list(sys.path))
+  namespace = {}
+  for block in re.findall(r"```python\n(.*?)```", text, re.S):
+    exec(compile(block, "docs/runner.md", "exec"), namespace)
+  out = capsys.readouterr().out
+  assert "<Result: 2000 steps" in out and "memmap" in out
+  assert "10 2" in out.replace("Array(", "").replace(", dtype=int32)", "")
+  import matplotlib.pyplot as plt
+  plt.close("all")
+
+
+def test_a_second_sigint_raises_with_states_and_records_consistent():
+  """Ctrl-C twice while a chunk's records are being copied: the run stops
+  at once, with the States and records of the chunks recorded before."""
+  v, step, rng = make_net(noise=True)
+  runner = bs.Runner(step, monitors(v), chunk=32, progress=False)
+  collect = runner.recorder.collect
+
+  def collect_and_press(*args):
+    if runner.chunks_done == 2:
+      os.kill(os.getpid(), signal.SIGINT)  # stop at the next boundary
+      time.sleep(0.01)
+      os.kill(os.getpid(), signal.SIGINT)  # stop now
+      time.sleep(0.01)
+    return collect(*args)
+  runner.recorder.collect = collect_and_press
+  with pytest.raises(KeyboardInterrupt):
+    runner.run(32 * 120)
+  assert runner.step_count == 64 and runner.result.steps == 64
+  assert_matches_reference(runner.result, v, 64, noise=True, rng=rng)
+
+
+def test_step_with_the_global_step_index():
+  """index=True: step(i) gets the global step index, across chunks."""
+  v = bs.State(jnp.zeros(8), name="v")
+
+  def step(i):
+    v.value = v.value * 0.5 + (i % 3).astype(jnp.float32) + jnp.arange(8.0)
+    return v.value > 4.0
+  runner = bs.Runner(step, {"s": bs.SpikeMonitor(), "i": bs.StateMonitor(
+      lambda out: out.sum(), every=5)}, chunk=16, index=True, progress=False)
+  res = runner.run(50)
+  got = np.asarray(v.value)
+  v.value = jnp.zeros(8)
+  raster = np.asarray(bs.jit(lambda: bs.for_loop(step, jnp.arange(50)))())
+  np.testing.assert_array_equal(got, np.asarray(v.value))
+  np.testing.assert_array_equal(res.s.steps, np.nonzero(raster)[0])
+  np.testing.assert_array_equal(res.i.values, raster.sum(1)[4::5])
