@@ -12,9 +12,15 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-__all__ = ["Cache", "clear_caches"]
+__all__ = ["Cache", "clear_caches", "register"]
 
-_caches: "weakref.WeakSet[Cache]" = weakref.WeakSet()
+_caches: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def register(holder: Any) -> None:
+  """Lets :func:`clear_caches` call ``holder.clear()`` (e.g. a compiled
+  program held outside a :class:`Cache`), without keeping it alive."""
+  _caches.add(holder)
 
 
 class Cache(dict):

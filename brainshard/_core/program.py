@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 import jax
 
-from brainshard._core import compat, donation, fastcall
+from brainshard._core import caches, compat, donation, fastcall
 from brainshard._core.args import StaticArgs, fun_name
 from brainshard._core.discovery import StatefulFunction, evaluate
 from brainshard._core.errors import Rediscover
@@ -245,6 +245,7 @@ class StatefulJit:
     # id(state) -> PlacementHint, from the shard_maps inside the function
     self.placements: dict[int, Any] = {}
     self.program = None
+    caches.register(self)  # bs.clear_caches() forgets the program too
 
   @property
   def program(self) -> Program | None:
