@@ -1,11 +1,12 @@
-"""Helpers shared by the test files: cached meshes and a compile counter."""
+"""Helpers shared by the test files: cached meshes, a compile counter and a
+check of where a State's value lives."""
 
 import contextlib
 import functools
 
 import jax
 import jax.monitoring
-from jax.sharding import AxisType
+from jax.sharding import AxisType, NamedSharding
 
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
@@ -36,3 +37,24 @@ def count_compiles():
     yield counter
   finally:
     jax.monitoring.unregister_event_duration_listener(counter._listener)
+
+
+def assert_on_mesh(state, m, spec):
+  """Every leaf of the state's value has a NamedSharding on ``m`` equivalent
+  to ``spec`` (JAX may spell it with trailing Nones: P('x', None) is P('x'))."""
+  leaves = jax.tree.leaves(state.value)
+  shardings = jax.tree.leaves(state.sharding)
+  specs = spec if isinstance(spec, list) else [spec] * len(leaves)
+  assert len(shardings) == len(leaves) == len(specs)
+  for x, sh, sp in zip(leaves, shardings, specs):
+    assert isinstance(sh, NamedSharding), sh
+    assert sh.mesh == m
+    assert canonical_spec(sh.spec) == canonical_spec(sp), (sh.spec, sp)
+    assert sh.is_equivalent_to(NamedSharding(m, sp), x.ndim)
+
+
+def canonical_spec(spec):
+  entries = list(spec)
+  while entries and entries[-1] is None:
+    entries.pop()
+  return tuple(entries)

@@ -36,6 +36,7 @@ def cuba_one_second():
   return net, np.asarray(net.run(1000.0))
 
 
+@pytest.mark.slow
 def test_cuba_mean_rate_in_published_range(cuba_one_second):
   net, spikes = cuba_one_second
   rate = cuba.mean_rate(spikes, net.params.dt)
@@ -43,6 +44,7 @@ def test_cuba_mean_rate_in_published_range(cuba_one_second):
   assert low <= rate <= high, rate
 
 
+@pytest.mark.slow
 def test_cuba_on_eight_devices_spikes_exactly_like_one(cuba_one_second):
   _, one = cuba_one_second
   net = cuba.EINetwork(_mesh(8), "cuba", seed=0)
@@ -54,6 +56,7 @@ def test_cuba_on_eight_devices_spikes_exactly_like_one(cuba_one_second):
   np.testing.assert_array_equal(np.asarray(net.run(100.0)), eight)
 
 
+@pytest.mark.slow
 def test_coba_on_four_devices_spikes_exactly_like_one():
   runs = [np.asarray(cuba.EINetwork(_mesh(n), "coba", seed=3).run(50.0))
           for n in (1, 4)]
@@ -61,6 +64,7 @@ def test_coba_on_four_devices_spikes_exactly_like_one():
   np.testing.assert_array_equal(runs[1], runs[0])
 
 
+@pytest.mark.slow
 def test_cli_runs_and_saves_a_raster(tmp_path, capsys):
   pytest.importorskip("matplotlib")
   out = tmp_path / "raster.png"
@@ -71,6 +75,7 @@ def test_cli_runs_and_saves_a_raster(tmp_path, capsys):
   assert "mean firing rate" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_runner_records_the_same_spikes_as_one_loop(cuba_one_second):
   """The runner's sparse events are the non-zeros of the dense raster."""
   net, one = cuba_one_second

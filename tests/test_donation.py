@@ -335,3 +335,40 @@ def test_auto_donation_never_deletes_an_array_another_thread_holds():
   watcher.join(60)
   assert not errors, errors
   np.testing.assert_allclose(s.value, np.full(64, 300.0))
+
+
+# -- bs.jit(donate_states=True) and the default with a kept reference ---------
+
+
+def test_donate_states_deletes_old_buffer_of_read_written_state():
+  rw = bs.State(jnp.zeros(16), name="rw")
+  ro = bs.State(jnp.ones(16), name="ro")
+  wo = bs.State(jnp.zeros(16), name="wo")
+
+  @bs.jit(donate_states=True)
+  def step(x):
+    rw.value = rw.value + ro.value * x
+    wo.value = jnp.full(16, x)
+
+  step(1.0)
+  old_rw, old_ro = rw.value, ro.value
+  step(2.0)
+  assert old_rw.is_deleted()
+  assert not old_ro.is_deleted()  # only read: not donated
+  np.testing.assert_array_equal(rw.value, np.full(16, 3.0))
+  np.testing.assert_array_equal(ro.value, np.ones(16))
+  np.testing.assert_array_equal(wo.value, np.full(16, 2.0))
+
+
+def test_without_donation_old_buffers_live():
+  rw = bs.State(jnp.zeros(16), name="rw")
+
+  @bs.jit
+  def step(x):
+    rw.value = rw.value + x
+
+  step(1.0)
+  old = rw.value
+  step(1.0)
+  assert not old.is_deleted()
+  np.testing.assert_array_equal(old, np.ones(16))

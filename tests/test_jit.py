@@ -1,5 +1,7 @@
-"""Stateful jit: fresh reads, persistent writes, caching, decorator forms,
-methods, static args, donation, shardings, AOT stages and nesting."""
+"""Stateful jit (brainshard/_transforms/jit.py): fresh reads, persistent
+writes, decorator forms, methods, donate_argnums, shardings, AOT stages and
+nesting. Trace and compile counts of the program are in test_program.py,
+static arguments in test_args.py, donate_states in test_donation.py."""
 
 import warnings
 
@@ -56,18 +58,6 @@ def test_writes_persist():
   assert not jax.typeof(count.value).weak_type
 
 
-def test_python_scalar_write_keeps_state_dtype():
-  s = bs.State(jnp.zeros((), jnp.float32), name="s")
-
-  @bs.jit
-  def f():
-    s.value = 2.5
-
-  f()
-  assert s.value.dtype == jnp.float32 and float(s.value) == 2.5
-  assert not jax.typeof(s.value).weak_type
-
-
 def test_pytree_state_and_outputs():
   s = bs.State({"v": jnp.zeros(2), "n": jnp.zeros((), jnp.int32)}, name="s")
 
@@ -81,96 +71,6 @@ def test_pytree_state_and_outputs():
   np.testing.assert_array_equal(s.value["v"], [3.0, 3.0])
   assert int(s.value["n"]) == 2
   assert float(out["sum"]) == 6.0 and int(out["n"]) == 2
-
-
-# ----------------------------------------------------------------------------
-# trace and compile counts
-
-
-def test_one_trace_and_one_compile_per_signature():
-  s = bs.State(jnp.zeros(3), name="s")
-  traces = []
-
-  @bs.jit
-  def f(x):
-    traces.append(jax.typeof(x).shape)
-    s.value = s.value + x.sum()
-    return x * 2
-
-  # inputs are made before counting: creating arrays may compile too
-  x3 = [jnp.full(3, float(i), jnp.float32) for i in range(4)]
-  x5 = jnp.ones(5)
-  with count_compiles() as compiles:
-    f(x3[1])
-  assert compiles.count == 1
-  first = len(traces)
-  with count_compiles() as compiles:
-    for i in range(3):
-      f(x3[i])
-  assert len(traces) == first
-  assert compiles.count == 0
-  with count_compiles() as compiles:
-    f(x5)  # new signature: exactly one more trace and compile
-    f(x5)
-  assert len(traces) == first + 1
-  assert compiles.count == 1
-  with count_compiles() as compiles:
-    f(x3[1])  # back to the first signature: cached
-  assert len(traces) == first + 1
-  assert compiles.count == 0
-  np.testing.assert_allclose(s.value, np.full(3, 3 + (0 + 3 + 6) + 5 + 5 + 3))
-
-
-def test_first_call_traces_once():
-  """The issue asks for one trace per signature; the first call should run
-  the Python body once (not once for discovery and again for jax.jit)."""
-  s = bs.State(jnp.zeros(3), name="s")
-  traces = []
-
-  @bs.jit
-  def f(x):
-    traces.append(1)
-    s.value = s.value + x
-
-  f(1.0)
-  assert len(traces) == 1
-
-
-def test_state_shape_change_outside_retraces_once():
-  s = bs.State(jnp.zeros(3), name="s")
-  traces = []
-
-  @bs.jit
-  def f():
-    traces.append(1)
-    s.value = s.value + 1
-
-  f()
-  n = len(traces)
-  s.value = jnp.zeros(6)
-  f()
-  assert len(traces) == n + 1
-  np.testing.assert_array_equal(s.value, np.ones(6))
-  f()
-  assert len(traces) == n + 1
-  np.testing.assert_array_equal(s.value, np.full(6, 2.0))
-
-
-def test_static_flag_that_touches_a_new_state():
-  a = bs.State(jnp.zeros(2), name="a")
-  b = bs.State(jnp.zeros(2), name="b")
-
-  @bs.jit(static_argnums=1)
-  def f(x, also_b):
-    a.value = a.value + x
-    if also_b:
-      b.value = b.value + 10 * x
-
-  f(1.0, False)
-  f(1.0, True)
-  f(1.0, False)
-  np.testing.assert_array_equal(a.value, [3.0, 3.0])
-  np.testing.assert_array_equal(b.value, [10.0, 10.0])
 
 
 # ----------------------------------------------------------------------------
@@ -251,65 +151,8 @@ def test_method_with_static_arg_nesting_another_method():
   np.testing.assert_allclose(a.v.value, np.full(2, v), rtol=1e-6)
 
 
-@pytest.mark.parametrize("form", ["position", "name", "both"])
-def test_static_args_by_position_and_by_name(form):
-  s = bs.State(jnp.zeros(2), name="s")
-  traces = []
-  kw = {"position": dict(static_argnums=1), "name": dict(static_argnames="n"),
-        "both": dict(static_argnums=1, static_argnames="n")}[form]
-
-  @bs.jit(**kw)
-  def f(x, n):
-    traces.append(n)
-    for _ in range(n):  # needs a Python int
-      s.value = s.value + x
-    return s.value
-
-  f(1.0, 2)
-  f(1.0, n=2)
-  f(2.0, 3)
-  f(2.0, n=3)
-  np.testing.assert_array_equal(s.value, np.full(2, 1 * 2 + 1 * 2 + 2 * 3 + 2 * 3))
-  # only two distinct static values were seen
-  assert set(traces) == {2, 3}
-
-
 # ----------------------------------------------------------------------------
-# donation
-
-
-def test_donate_states_deletes_old_buffer_of_read_written_state():
-  rw = bs.State(jnp.zeros(16), name="rw")
-  ro = bs.State(jnp.ones(16), name="ro")
-  wo = bs.State(jnp.zeros(16), name="wo")
-
-  @bs.jit(donate_states=True)
-  def step(x):
-    rw.value = rw.value + ro.value * x
-    wo.value = jnp.full(16, x)
-
-  step(1.0)
-  old_rw, old_ro = rw.value, ro.value
-  step(2.0)
-  assert old_rw.is_deleted()
-  assert not old_ro.is_deleted()  # only read: not donated
-  np.testing.assert_array_equal(rw.value, np.full(16, 3.0))
-  np.testing.assert_array_equal(ro.value, np.ones(16))
-  np.testing.assert_array_equal(wo.value, np.full(16, 2.0))
-
-
-def test_without_donation_old_buffers_live():
-  rw = bs.State(jnp.zeros(16), name="rw")
-
-  @bs.jit
-  def step(x):
-    rw.value = rw.value + x
-
-  step(1.0)
-  old = rw.value
-  step(1.0)
-  assert not old.is_deleted()
-  np.testing.assert_array_equal(old, np.ones(16))
+# donating arguments
 
 
 def test_donate_argnums():

@@ -3,15 +3,21 @@
 The scenarios themselves live in tests/multihost_worker.py and check their
 results inside every process; here we launch them and check that both
 processes finished every scenario. The launcher itself is tested with plain
-Python processes (no JAX), which start in milliseconds.
+Python processes (no JAX), which start in milliseconds. bs.gather, which
+multi-process runs need, is also checked here in one process.
 """
 
 import os
 import sys
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
+from jax.sharding import PartitionSpec as P
 
+import brainshard as bs
 from brainshard.launch import LaunchError, launch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,6 +25,7 @@ WORKER = str(ROOT / "tests" / "multihost_worker.py")
 ENV = {"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_two_processes_run_every_scenario():
   results = launch([WORKER, "all"], 2, local_devices=4, timeout=100, env=ENV)
@@ -30,6 +37,7 @@ def test_two_processes_run_every_scenario():
       assert f"OK {name}" in r.stdout, (r.process_id, r.stdout, r.stderr)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_failure_in_one_process_ends_the_run_with_its_error():
   # Process 1 raises while process 0 waits for it in a collective. Without
@@ -50,6 +58,7 @@ def _py(code):
   return ["-c", code]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(30)
 def test_launcher_passes_rank_and_coordinator():
   code = ("import os; print(os.environ['BRAINSHARD_PROCESS_ID'], "
@@ -63,6 +72,7 @@ def test_launcher_passes_rank_and_coordinator():
     assert flags == "--xla_force_host_platform_device_count=2"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(30)
 def test_launcher_kills_the_others_when_one_fails():
   code = ("import os, sys, time\n"
@@ -77,6 +87,7 @@ def test_launcher_kills_the_others_when_one_fails():
   assert "process one gives up" in str(info.value)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(30)
 def test_launcher_times_out_hanging_processes():
   with pytest.raises(LaunchError, match="timed out after 1 s"):
@@ -107,3 +118,22 @@ def test_init_distributed_is_a_no_op_in_a_single_process(monkeypatch):
   hook = sys.excepthook
   assert bs.init_distributed() is False
   assert sys.excepthook is hook
+
+
+# -- gather, in one process ------------------------------------------------------
+
+
+@pytest.fixture
+def mesh():
+  return jax.make_mesh((8,), ("x",))
+
+
+def test_gather_returns_host_values(mesh):
+  s = bs.State(jnp.arange(8.0), "s", spec=P("x"))
+  bs.place(s, mesh)
+  got = bs.gather({"s": s, "raw": jnp.ones(2), "key": jax.random.key(1)})
+  np.testing.assert_array_equal(got["key"],
+                                jax.random.key_data(jax.random.key(1)))
+  assert isinstance(got["s"], np.ndarray)
+  np.testing.assert_array_equal(got["s"], np.arange(8.0))
+  np.testing.assert_array_equal(got["raw"], np.ones(2))

@@ -14,6 +14,7 @@ DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs"
 NOTEBOOKS = sorted(DOCS.glob("*.ipynb"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs(path):
   nb = nbformat.read(path, as_version=4)

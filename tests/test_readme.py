@@ -4,10 +4,12 @@ import pathlib
 import re
 
 import numpy as np
+import pytest
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 
 
+@pytest.mark.slow
 def test_readme_example_runs(capsys):
   blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
   assert blocks, "README has no Python example"

@@ -4,10 +4,12 @@ import pathlib
 import re
 
 import jax
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_simulation_doc_demo_runs(monkeypatch, capsys):
   text = (ROOT / "docs" / "simulation.md").read_text()
   demo = re.search(r"```python\n(.*?)```", text, re.S).group(1)

@@ -3,6 +3,8 @@
 import importlib.util
 import pathlib
 
+import pytest
+
 DEMO = pathlib.Path(__file__).resolve().parents[1] / "examples" / "spiking_demo.py"
 
 
@@ -13,6 +15,7 @@ def _load():
   return module
 
 
+@pytest.mark.slow
 def test_spiking_demo_runs_and_reports(capsys):
   result = _load().main(["--neurons", "800", "--steps", "300"])
   out = capsys.readouterr().out

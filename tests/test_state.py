@@ -1,7 +1,6 @@
-"""State and its subclasses: construction, value access, metadata, repr and
-thread safety of the recording path."""
-
-import threading
+"""State and its subclasses (brainshard/_core/state.py): construction, value
+access, metadata, sharding and repr. Tracing through frames (threads
+included) is in test_frames.py."""
 
 import jax
 import jax.numpy as jnp
@@ -213,62 +212,3 @@ def test_repr_without_name():
   r = repr(s)
   assert r.startswith("State(") and "\n" not in r
   assert "int32" in r and "3" in r and "2" in r
-
-
-# ----------------------------------------------------------------------------
-# thread safety
-
-
-def test_two_threads_trace_functions_touching_the_same_state():
-  """Both threads are inside their traces at the same time (a barrier in the
-  traced bodies); each must see its own traced values and get its result."""
-  shared = bs.State(jnp.arange(4.0), name="shared")
-  out_a = bs.State(jnp.zeros(4), name="out_a")
-  out_b = bs.State(jnp.zeros(4), name="out_b")
-  barrier = threading.Barrier(2, timeout=30)
-  first = {"a": True, "b": True}
-
-  def sync(key):
-    if first[key]:  # only the first trace of each function meets the other
-      first[key] = False
-      barrier.wait()
-
-  @bs.jit
-  def fa(x):
-    v = shared.value
-    sync("a")
-    out_a.value = v * x
-    shared.value = shared.value + 0  # a write of the same state in both
-    return (v * x).sum()
-
-  @bs.jit
-  def fb(x):
-    v = shared.value
-    sync("b")
-    out_b.value = v + x
-    shared.value = shared.value + 0
-    return (v + x).sum()
-
-  results, errors = {}, []
-
-  def run(key, fn, arg):
-    try:
-      results[key] = fn(arg)
-    except BaseException as e:  # reported below
-      errors.append(e)
-      barrier.abort()
-
-  threads = [threading.Thread(target=run, args=("a", fa, 2.0)),
-             threading.Thread(target=run, args=("b", fb, 10.0))]
-  for t in threads:
-    t.start()
-  for t in threads:
-    t.join(60)
-  assert not errors, errors
-  x = np.arange(4.0)
-  np.testing.assert_allclose(results["a"], (2 * x).sum())
-  np.testing.assert_allclose(results["b"], (x + 10).sum())
-  np.testing.assert_array_equal(out_a.value, 2 * x)
-  np.testing.assert_array_equal(out_b.value, x + 10)
-  np.testing.assert_array_equal(shared.value, x)
-  assert not bs._core.state.frame_stack()

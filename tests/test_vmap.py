@@ -401,6 +401,7 @@ def _ensemble_example():
   return ensemble
 
 
+@pytest.mark.slow
 def test_ensemble_example_runs_and_sharding_changes_nothing(tmp_path):
   ensemble = _ensemble_example()
   plot = tmp_path / "rates.png"
@@ -414,6 +415,7 @@ def test_ensemble_example_runs_and_sharding_changes_nothing(tmp_path):
   assert rates[-1] > rates[0]  # more excitation, more spikes
 
 
+@pytest.mark.slow
 def test_docs_ensemble_demos_run(capsys):
   import pathlib
   import re

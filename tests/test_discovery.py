@@ -1,4 +1,7 @@
-"""StatefulFunction: discovery, ordering, jaxpr inputs, caching, purity."""
+"""Discovery (brainshard/_core/discovery.py) through StatefulFunction: which
+states a function reads and writes and in what order, state reads as jaxpr
+inputs (never constants), the per-signature cache, and jaxpr_call's purity.
+Static arguments and States passed as arguments are in test_args.py."""
 
 import jax
 import jax.numpy as jnp
@@ -179,38 +182,6 @@ def test_state_shape_change_outside_retraces():
   assert len(traces) == 3
 
 
-def test_static_argnums_and_argnames():
-  s = bs.State(jnp.ones(2), name="s")
-  traces = []
-
-  def f(x, n, *, mode="add"):
-    traces.append((n, mode))
-    for _ in range(n):  # Python control flow on a static argument
-      s.value = s.value + x if mode == "add" else s.value * x
-    return s.value
-
-  sf = bs.StatefulFunction(f, static_argnums=1, static_argnames="mode")
-  j2 = sf.make_jaxpr(1.0, 2)
-  sf.make_jaxpr(5.0, 2)
-  assert len(traces) == 1
-  j3 = sf.make_jaxpr(1.0, 3)
-  assert len(traces) == 2
-  assert len(j3.jaxpr.eqns) > len(j2.jaxpr.eqns)
-  # the static argument is not an input
-  assert len(j2.jaxpr.invars) == 2
-  sf.make_jaxpr(1.0, 2, mode="mul")
-  assert len(traces) == 3
-  sf.make_jaxpr(1.0, 2, mode="mul")
-  assert len(traces) == 3
-
-  new_vals, out = sf.jaxpr_call([jnp.full(2, 3.0)], 2.0, 3, mode="mul")
-  np.testing.assert_allclose(new_vals[0], [24.0, 24.0])
-  np.testing.assert_allclose(out, [24.0, 24.0])
-  new_vals, out = sf.jaxpr_call([jnp.full(2, 3.0)], 2.0, 3)
-  np.testing.assert_allclose(out, [9.0, 9.0])
-  np.testing.assert_array_equal(s.value, np.ones(2))
-
-
 def test_axis_env_lets_collectives_trace():
   s = bs.State(jnp.ones(4), name="s")
 
@@ -287,25 +258,6 @@ def test_jaxpr_call_wrong_number_of_values():
   with pytest.raises(ValueError, match="1 state"):
     sf.jaxpr_call([])
   np.testing.assert_array_equal(a.value, np.arange(3.0) * 7.25 + 1.5)
-
-
-# ----------------------------------------------------------------------------
-# States are not arguments
-
-
-@pytest.mark.parametrize("how", ["positional", "keyword", "in_pytree"])
-def test_state_as_argument_is_type_error(how):
-  s = bs.State(jnp.ones(3), name="passed")
-  sf = bs.StatefulFunction(lambda *a, **k: 0.0)
-  with pytest.raises(TypeError, match="close over") as info:
-    if how == "positional":
-      sf.make_jaxpr(s)
-    elif how == "keyword":
-      sf.make_jaxpr(x=s)
-    else:
-      sf.make_jaxpr({"a": [jnp.ones(2), s]})
-  assert "passed" in str(info.value)
-  np.testing.assert_array_equal(s.value, np.ones(3))
 
 
 def test_jaxpr_call_with_a_missing_value_names_the_state():

@@ -1,6 +1,7 @@
 """The generated per-plan call path (brainshard/_core/fastcall.py) keeps every
-behaviour of the generic one: placement, pytree states, many states, plan
-growth, errors, and no re-tracing."""
+behaviour of the generic one: pytree states and keyword arguments, many
+states, plan growth, errors, the function's signature, and no re-tracing.
+Placement through the generated call is in test_placement.py."""
 
 import inspect
 
@@ -8,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import PartitionSpec as P
 
 import brainshard as bs
 from brainshard._core import fastcall as _fastcall
@@ -96,26 +97,6 @@ def test_jitted_function_keeps_its_signature():
   assert callable(f)
   np.testing.assert_allclose(f(1.0), 3.0)
   np.testing.assert_allclose(jax.jit(f)(1.0), 3.0)  # reading under jax.jit
-
-
-def test_eager_shard_map_places_misplaced_inputs(axis_type):
-  mesh = make_mesh((8,), ("x",), axis_type)
-  v = bs.State(jnp.zeros(16), name="v", spec=P("x"))
-
-  @bs.shard_map(mesh=mesh, in_specs=P("x"), out_specs=P())
-  def step(x):
-    v.value = v.value + x
-    return jax.lax.psum(v.value.sum(), "x")
-
-  ones = jnp.ones(16)
-  assert float(step(ones)) == 16.0  # uncommitted input
-  replicated = jax.device_put(ones, NamedSharding(mesh, P()))
-  assert float(step(replicated)) == 32.0  # committed, wrong sharding
-  assert float(step(np.ones(16, np.float32))) == 48.0  # numpy input
-  v.value = jnp.zeros(16)  # a state reset by hand, uncommitted
-  assert float(step(ones)) == 16.0
-  assert v.value.sharding.spec == P("x")
-  assert float(step(ones, **{})) == 32.0
 
 
 def test_eager_shard_map_pytree_state_and_kwargs():
