@@ -195,6 +195,12 @@ class EINetwork:
       self.gi.value = put(rng.normal(20.0, 12.0, size=p.n))
     self.refractory.value = put(self.refractory.value * 0)
 
+  def dynamic_states(self) -> dict:
+    """The States a checkpoint holds: all but the connectivity, whose layout
+    depends on the mesh and which is rebuilt from the seed."""
+    return {"v": self.v, "ge": self.ge, "gi": self.gi,
+            "refractory": self.refractory}
+
   # -- one time step, per shard ---------------------------------------------
 
   def _integrate(self, v, ge, gi):
@@ -359,6 +365,11 @@ def main(argv: list[str] | None = None) -> dict:
   parser.add_argument("--plot", default=None, help="save a raster plot here")
   parser.add_argument("--progress", action="store_true",
                       help="show a progress bar while simulating")
+  parser.add_argument("--save", default=None, metavar="DIR",
+                      help="save the network's state to DIR at the end")
+  parser.add_argument("--resume", default=None, metavar="DIR",
+                      help="continue from the state saved in DIR (on any "
+                           "number of devices)")
   args = parser.parse_args(argv)
   n_neurons = Params().n
   if args.devices is not None and (
@@ -382,12 +393,26 @@ def main(argv: list[str] | None = None) -> dict:
   t0 = time.perf_counter()
   net = EINetwork(mesh, args.model, seed=args.seed)
   build_s = time.perf_counter() - t0
+  start_ms = 0.0
+  if args.resume:  # same model and seed, any number of devices
+    meta = bs.restore_states(args.resume, net.dynamic_states())
+    saved = (meta["model"], meta["seed"], meta["n"])
+    if saved != (args.model, args.seed, net.params.n):
+      sys.exit(f"{args.resume} holds (model, seed, n) = {saved}, not "
+               f"{(args.model, args.seed, net.params.n)}")
+    start_ms = meta["t_ms"]
 
   runner = net.runner(progress=args.model.upper() if args.progress else False)
   t0 = time.perf_counter()
   res = runner.run(duration=args.duration * 1e3)  # compiles, then runs
   run_s = time.perf_counter() - t0
   simulated = res.steps * net.params.dt * 1e-3
+  if args.save:
+    end_ms = start_ms + simulated * 1e3
+    bs.save_states(args.save, net.dynamic_states(), overwrite=True, metadata={
+        "model": args.model, "seed": args.seed, "n": net.params.n,
+        "t_ms": end_ms})
+    print(f"  state at t = {end_ms:g} ms saved to {args.save}")
   rate = len(res.spikes) / (net.params.n * simulated) if simulated else 0.0
   low, high = RATE_RANGE[args.model]
   result = dict(model=args.model, devices=n_dev, duration_s=simulated,
