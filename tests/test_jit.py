@@ -341,6 +341,7 @@ def test_jit_of_shard_map_compiles_once_and_donates_usably(axis_type):
       step(current)
     first_runs = len(runs)
     assert compiles.count == 1
+    assert first_runs == 1  # the Python body runs once on the first call
     for _ in range(3):
       with count_compiles() as compiles:
         total = step(current)

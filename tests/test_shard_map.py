@@ -332,3 +332,30 @@ def test_shard_map_repr_names_function_and_mesh():
   assert repr(f) == "<bs.shard_map(test_shard_map_repr_names_function_and_mesh"\
       ".<locals>.step) mesh={'x': 8}>"
   assert f.__name__ == "step" and f.__wrapped__ is step
+
+
+def test_eager_first_call_runs_the_body_once_and_compiles_once():
+  """The body is discovered inside the real jax.shard_map at per-shard types
+  and the compiled trace evaluates that discovery (issue 10)."""
+  from _util import count_compiles, mesh as cached_mesh
+  m = cached_mesh((8,), ("x",))
+  v = bs.State(jax.device_put(jnp.zeros(16), NamedSharding(m, P("x"))),
+               name="v")
+  runs = []
+
+  @bs.shard_map(mesh=m, in_specs=P("x"), out_specs=P(),
+                state_in_specs={v: P("x")})
+  def step(x):
+    runs.append(1)
+    v.value = v.value + x
+    return jax.lax.psum(v.value.sum(), "x")
+
+  x = jax.device_put(jnp.ones(16), NamedSharding(m, P("x")))
+  with count_compiles() as compiles:
+    first = step(x)
+  assert len(runs) == 1 and compiles.count == 1
+  with count_compiles() as compiles:
+    second = step(x)
+  assert len(runs) == 1 and compiles.count == 0
+  assert float(first) == 16.0 and float(second) == 32.0
+  np.testing.assert_array_equal(np.asarray(v.value), np.full(16, 2.0))

@@ -64,6 +64,13 @@ class DiscoveryFrame(Frame):
   def inner_signature(self, state: State, outer_sig: Signature) -> Signature:
     return self._state_signature(state, outer_sig)
 
+  def write_signature(self, state: State) -> Signature:
+    # Seeing states as the enclosing frame does, a write must also be what
+    # that frame accepts (a shard_map body's out-spec block, say).
+    if self._state_signature is _same and self.parent is not None:
+      return self.parent.write_signature(state)
+    return super().write_signature(state)
+
   def first_read(self, state: State, outer_value: Any) -> Any:
     return self.new_input(self._state_signature(state, signature(outer_value)))
 

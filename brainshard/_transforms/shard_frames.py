@@ -88,12 +88,16 @@ class DiscoveryShardFrame(Frame):
 
   def __init__(self, name: str, mesh: Any, manual: frozenset | None,
                state_specs: Callable[[State, Signature], list[P]],
-               out_specs: Callable[[State, Signature], list[P]]):
+               out_specs: Callable[[State, Signature], list[P]],
+               manual_axes: tuple[tuple[str, int], ...]):
     super().__init__(name)
     self.mesh = mesh
     self.manual = manual
     self.state_specs = state_specs
     self.out_specs = out_specs
+    # As in ShardFrame: per-shard draws and reports see the same frames
+    # when the body is discovered as when it runs.
+    self.manual_axes = manual_axes
 
   def first_read(self, state: State, outer_value: Any) -> Any:
     specs = self.state_specs(state, signature(outer_value))

@@ -25,6 +25,7 @@ from brainshard._core.args import Call, StaticArgs, copy_metadata, fun_name
 from brainshard._core.axes import (
     Rules, current_rules, freeze_rules, merged_rules, using_rules)
 from brainshard._core.caches import Cache
+from brainshard._core.discovery import evaluate
 from brainshard._core.frames import (
     current_signature, gather_values, replay, write_results)
 from brainshard._core.placement import Placement, PlacementHint, canonical_spec
@@ -213,13 +214,21 @@ class ShardMappedFunction(ShardPlanning):
 
   def _body(self, mesh: Any, plan: Plan, call: Call) -> Callable:
     axes = tuple((a, mesh.shape[a]) for a in self._manual_axes(mesh))
+    # The body discovered with the plan is evaluated, so a first call runs
+    # the Python function once; otherwise it is replayed.
+    evaluated = plan.body_is_usable()
 
     def body(read_vals, dyn_args, dyn_kwargs):
-      args, kwargs = call.rebuild(dyn_args, dyn_kwargs)
-      frame = ShardFrame(self.name, mesh, plan, axes, self._manual(mesh))
-      out, new_vals = replay(frame, self.fun, args, kwargs,
-                             zip(plan.reads, read_vals, strict=True), plan.writes,
-                             "inside shard_map")
+      if evaluated:
+        out, new_vals = evaluate(
+            plan.body, jax.tree.leaves((dyn_args, dyn_kwargs)), read_vals)
+      else:
+        args, kwargs = call.rebuild(dyn_args, dyn_kwargs)
+        frame = ShardFrame(self.name, mesh, plan, axes, self._manual(mesh))
+        out, new_vals = replay(
+            frame, self.fun, args, kwargs,
+            zip(plan.reads, read_vals, strict=True), plan.writes,
+            "inside shard_map")
       if self.check_vma:
         self._check_replicated_writes(mesh, plan, new_vals)
       return out, new_vals

@@ -17,7 +17,8 @@ from jax.sharding import PartitionSpec as P
 
 from brainshard._core.args import Call
 from brainshard._core.axes import Rules, current_rules
-from brainshard._core.discovery import discover
+from brainshard._core import compat
+from brainshard._core.discovery import Discovery, discover
 from brainshard._core.frames import current_signature
 from brainshard._core.specs import (
     NO_MATCH, arg_leaf_specs, check_spec, explicit_spec, leaf_specs,
@@ -53,6 +54,25 @@ class Plan(NamedTuple):
   write_specs: dict[int, list[P]]  # id(state) -> per-leaf out specs
   arg_specs: list[list[P]]         # per dynamic positional arg, per leaf
   kwarg_specs: dict[str, list[P]]  # per dynamic keyword arg, per leaf
+  # The body as discovered at per-shard avals (inputs: argument leaves, then
+  # the reads' leaves), evaluated by the real trace instead of running the
+  # Python body again; and the reads' signatures it is valid for.
+  body: Discovery
+  read_sigs: tuple[Signature, ...]
+
+  def body_is_usable(self) -> bool:
+    """Whether the real trace may evaluate ``body``: it closed over no value
+    of another trace, and every read state still has its signature."""
+    return not any(compat.is_traced(c) for c in self.body.jaxpr.consts) and (
+        all(_shapes(current_signature(s)) == _shapes(sig)
+            for s, sig in zip(self.reads, self.read_sigs, strict=True)))
+
+
+def _shapes(sig: Signature) -> tuple:
+  # Placement may give an Explicit-mode aval a sharding; the body computes
+  # the same either way.
+  treedef, avals = sig
+  return treedef, tuple((a.shape, a.dtype) for a in avals)
 
 
 class ShardPlanning:
@@ -199,22 +219,28 @@ class ShardPlanning:
     def out_specs(state: State, sig: Signature) -> list[P]:
       return self._state_out_specs(state, sig, mesh, state_specs(state, sig))
 
-    frames: list[DiscoveryShardFrame] = []
+    manual_axes = tuple((a, mesh.shape[a]) for a in self._manual_axes(mesh))
+    found: list[Discovery] = []
 
     def body(read_vals, dyn_args, dyn_kwargs):
-      args, kwargs = call.rebuild(dyn_args, dyn_kwargs)
-      frame = DiscoveryShardFrame(self.name, mesh, manual, state_specs,
-                                   out_specs)
-      frames.append(frame)
-      with frame:
-        self.fun(*args, **kwargs)
+      leaves, treedef = jax.tree.flatten((dyn_args, dyn_kwargs))
+
+      def run(*leaves):
+        args, kwargs = call.unflatten(treedef, leaves)
+        return self.fun(*args, **kwargs)
+
+      with DiscoveryShardFrame(self.name, mesh, manual, state_specs, out_specs,
+                               manual_axes):
+        # Discovered at the per-shard types of the real call: a state's
+        # block (cut from its whole value by the frame) becomes an input.
+        found.append(discover(run, leaves, self.name))
       return (), []
 
     def traced(*leaves):
       dyn_args, dyn_kwargs = jax.tree.unflatten(treedef, leaves)
-      # The discovery frame turns a state's first read into a new input of
-      # this trace (whole, unsharded); the body closes over it and cuts out
-      # its block, so per-shard types are those of the real call.
+      # The outer discovery frame turns a state's first read into a new
+      # input of this trace (whole, unsharded); the shard frame cuts out its
+      # block, so per-shard types (varying axes too) are the real ones.
       self._map(mesh, body, Call(dyn_args, dyn_kwargs, call.static),
                 arg_specs, kwarg_specs, [], [], ((), []))
 
@@ -226,13 +252,12 @@ class ShardPlanning:
     except (TypeError, ValueError) as e:
       self._explain_replicated_states(e, touched)
       raise
-    frame = frames[-1]
-    reads = tuple(frame.input_states())
-    writes = tuple(frame.written_states())
-
+    d = found[-1]
+    reads, writes = d.read_states, d.write_states
     write_specs = {id(s): out_specs(s, current_signature(s)) for s in writes}
     return Plan(reads, writes, {id(s): read_specs[id(s)] for s in reads},
-                 write_specs, arg_specs, kwarg_specs)
+                write_specs, arg_specs, kwarg_specs, d,
+                tuple(current_signature(s) for s in reads))
 
   def _explain_replicated_states(self, e: Exception,
                                  touched: list[tuple[State, list[P]]]) -> None:
