@@ -266,7 +266,7 @@ class _HostBar:
   def _open(self) -> Any:
     cfg = self.config
     desc = cfg.desc if cfg.desc is not None else self.name
-    tqdm = _tqdm_class() if cfg.use_tqdm is not False else None
+    tqdm = tqdm_class() if cfg.use_tqdm is not False else None
     if tqdm is None and cfg.use_tqdm:
       raise ImportError("ProgressBar(use_tqdm=True) needs tqdm: pip install tqdm")
     if tqdm is not None:
@@ -275,7 +275,7 @@ class _HostBar:
     return _TextBar(self.total, desc, cfg.file)
 
 
-def _tqdm_class() -> Any:
+def tqdm_class() -> Any:
   try:
     import tqdm  # noqa: F401
   except ImportError:

@@ -16,6 +16,8 @@ import threading
 import time
 from typing import Any, IO, Iterator
 
+from brainshard._simulation.progress import tqdm_class as _tqdm_class
+
 __all__ = ["StopButton", "ChunkBar"]
 
 
@@ -89,19 +91,6 @@ class StopButton:
       self._installed = False
 
 
-def _tqdm() -> Any:
-  try:
-    import tqdm  # noqa: F401
-  except ImportError:
-    return None
-  try:
-    import ipywidgets  # noqa: F401
-    from tqdm.auto import tqdm as cls
-  except ImportError:  # tqdm.auto warns in notebooks without ipywidgets
-    from tqdm import tqdm as cls
-  return cls
-
-
 class ChunkBar:
   """One bar for a chunked run: steps, steps/s, simulated time per wall
   second, ETA. ``tqdm`` (``tqdm.auto`` in notebooks) when installed and
@@ -115,7 +104,7 @@ class ChunkBar:
     self.file = file
     self.n = 0
     self.start = time.perf_counter()
-    cls = _tqdm() if use_tqdm is not False else None
+    cls = _tqdm_class() if use_tqdm is not False else None
     self.bar = None if cls is None else cls(
         total=total, desc=desc, unit="step", file=file, dynamic_ncols=True)
     if self.bar is None:
