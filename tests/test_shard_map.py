@@ -359,3 +359,46 @@ def test_eager_first_call_runs_the_body_once_and_compiles_once():
   assert len(runs) == 1 and compiles.count == 0
   assert float(first) == 16.0 and float(second) == 32.0
   np.testing.assert_array_equal(np.asarray(v.value), np.full(16, 2.0))
+
+
+# -- a later trace runs the body again (review of the body-once change) -------------
+
+
+def test_a_new_trace_sees_changed_globals_and_traced_closures():
+  from _util import mesh as cached_mesh
+  m = cached_mesh((4,), ("x",), jax.sharding.AxisType.Auto)  # eager jax.grad
+  v = bs.State(jnp.arange(8.0), name="v")
+  glob = {"scale": jnp.float32(1.0)}
+
+  @bs.shard_map(mesh=m, in_specs=P("x"), out_specs=P(),
+                state_in_specs={v: P("x")})
+  def g(x):
+    return jax.lax.psum((v.value * x * glob["scale"]).sum(), "x")
+
+  assert float(g(jnp.ones(8))) == 28.0  # planned with a concrete closure
+
+  def outer(a, x):
+    glob["scale"] = a
+    return g(x)
+
+  # the closure is a tracer in these new traces: the plan's body must not
+  # be reused with the old constant (it gave 28 and a zero gradient)
+  assert float(bs.jit(outer)(3.0, jnp.ones(8))) == 84.0
+  assert float(jax.jit(outer)(3.0, jnp.ones(8))) == 84.0
+  assert float(jax.grad(outer)(3.0, jnp.ones(8))) == 28.0
+  glob["scale"] = jnp.float32(2.0)
+  assert float(bs.jit(lambda x: g(x))(jnp.ones(8))) == 56.0
+
+
+def test_vmap_of_an_already_called_shard_map_draws_per_member():
+  from _util import mesh as cached_mesh
+  m = cached_mesh((4,), ("x",))
+  rng = bs.RandomState(0)
+
+  @bs.shard_map(mesh=m, in_specs=P("x"), out_specs=P("x"))
+  def f(x):
+    return x + rng.uniform(size=x.shape)
+
+  f(jnp.zeros(4))
+  rows = np.asarray(bs.vmap(f, axis_size=3)(jnp.zeros((3, 4))))
+  assert len({tuple(r) for r in rows}) == 3  # members draw independently

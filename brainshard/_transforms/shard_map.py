@@ -15,6 +15,7 @@ emits ``jax.shard_map`` into that trace.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Sequence
 
 import jax
@@ -38,6 +39,10 @@ from brainshard._transforms.shard_frames import ShardFrame, reshard
 from brainshard._transforms.shard_plan import Plan, ShardPlanning, spec_tree
 
 __all__ = ["shard_map", "ShardMappedFunction"]
+
+
+class _FreshPlan(threading.local):
+  plan = None
 
 
 class ShardMappedFunction(ShardPlanning):
@@ -71,6 +76,7 @@ class ShardMappedFunction(ShardPlanning):
     self.check_vma = check_vma
     self._plans: Cache = Cache()
     self._eager: Cache = Cache()
+    self._fresh = _FreshPlan()  # the plan made last on this thread, unused
     copy_metadata(self, fun)
 
   def __repr__(self) -> str:
@@ -94,6 +100,7 @@ class ShardMappedFunction(ShardPlanning):
     mesh = self.mesh if self.mesh is not None else self._resolve_mesh()
     if _frames.stack or not compat.at_top_level():
       return self._traced_call(mesh, args, kwargs)
+    self._fresh.plan = None  # a plan left by a call that failed is stale
     runner = self._eager.get((mesh, rules))
     if runner is None:
       runner = self._eager[(mesh, rules)] = self._eager_runner(mesh)
@@ -140,6 +147,10 @@ class ShardMappedFunction(ShardPlanning):
   def _traced_call(self, mesh: Any, args: tuple, kwargs: dict) -> Any:
     call = self.static.split(args, kwargs)
     plan = self._plan_call(mesh, call)
+    # Only the trace a plan was made for may evaluate its discovered body: a
+    # later trace may see other globals, another enclosing transform or
+    # traced closures, so it runs the Python body again.
+    fresh, self._fresh.plan = self._fresh.plan is plan, None
     if _frames.stack and isinstance(mesh, jax.sharding.Mesh):
       self._hint_placements(mesh, plan)
     read_vals = gather_values(plan.reads, self.name)
@@ -156,7 +167,7 @@ class ShardMappedFunction(ShardPlanning):
         spec_tree(current_signature(s)[0], plan.write_specs[id(s)])
         for s in plan.writes]
     out, new_vals = self._map(
-        mesh, self._body(mesh, plan, call), call, plan.arg_specs,
+        mesh, self._body(mesh, plan, call, fresh), call, plan.arg_specs,
         plan.kwarg_specs, read_vals, read_spec_trees,
         (self.out_specs, write_spec_trees))
     write_results(list(plan.writes), new_vals, self.name)
@@ -212,11 +223,12 @@ class ShardMappedFunction(ShardPlanning):
         check_vma=self.check_vma)
     return mapped(read_vals, dyn_args, dyn_kwargs)
 
-  def _body(self, mesh: Any, plan: Plan, call: Call) -> Callable:
+  def _body(self, mesh: Any, plan: Plan, call: Call, fresh: bool) -> Callable:
     axes = tuple((a, mesh.shape[a]) for a in self._manual_axes(mesh))
-    # The body discovered with the plan is evaluated, so a first call runs
-    # the Python function once; otherwise it is replayed.
-    evaluated = plan.body_is_usable()
+    # In the trace the plan was just made for, its discovered body is
+    # evaluated, so a first call runs the Python function once; any other
+    # trace replays the function.
+    evaluated = fresh and plan.body_is_usable()
 
     def body(read_vals, dyn_args, dyn_kwargs):
       if evaluated:

@@ -123,6 +123,7 @@ class ShardPlanning:
           f"{self.name}: static arguments must be hashable ({e}).") from None
     if plan is None:
       plan = self._plans[key] = self._build_plan(mesh, call)
+      self._fresh.plan = plan
     return plan
 
   def _aval_key(self, x: Any) -> Hashable:
