@@ -272,7 +272,7 @@ class _HostBar:
     if tqdm is not None:
       return tqdm(total=self.total, desc=desc, file=cfg.file,
                   **cfg.tqdm_kwargs)
-    return _TextBar(self.total, desc, cfg.file)
+    return TextBar(self.total, desc, cfg.file)
 
 
 def tqdm_class() -> Any:
@@ -288,7 +288,7 @@ def tqdm_class() -> Any:
   return cls
 
 
-class _TextBar:
+class TextBar:
   """A minimal one-line bar for when tqdm is not installed."""
 
   def __init__(self, total: int, desc: str | None, file: IO[str] | None):
@@ -311,12 +311,14 @@ class _TextBar:
   def _out(self) -> IO[str]:
     return self.file if self.file is not None else sys.stderr
 
+  def _status(self, elapsed: float, rate: float) -> str:
+    """What follows the percentage (subclasses add ETA and more)."""
+    return f"{self.n}/{self.total} [{elapsed:.1f}s, {rate:.1f} steps/s]"
+
   def _write(self) -> None:
     elapsed = time.perf_counter() - self.start
     rate = self.n / elapsed if elapsed > 0 else 0.0
     pct = 100.0 * self.n / self.total if self.total else 100.0
     prefix = f"{self.desc}: " if self.desc else ""
-    self._out().write(
-        f"\r{prefix}{pct:3.0f}% {self.n}/{self.total} "
-        f"[{elapsed:.1f}s, {rate:.1f} steps/s]")
+    self._out().write(f"\r{prefix}{pct:3.0f}% {self._status(elapsed, rate)}")
     self._out().flush()

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import sys
 import threading
 import time
 from typing import Any, IO, Iterator
 
-from brainshard._simulation.progress import tqdm_class as _tqdm_class
+from brainshard._simulation.progress import TextBar, tqdm_class as _tqdm_class
 
 __all__ = ["StopButton", "ChunkBar"]
 
@@ -98,17 +97,14 @@ class ChunkBar:
 
   def __init__(self, total: int, dt: float | None, desc: str | None = None,
                file: IO[str] | None = None, use_tqdm: bool | None = None):
-    self.total = total
     self.dt = dt
-    self.desc = desc
-    self.file = file
     self.n = 0
     self.start = time.perf_counter()
     cls = _tqdm_class() if use_tqdm is not False else None
-    self.bar = None if cls is None else cls(
-        total=total, desc=desc, unit="step", file=file, dynamic_ncols=True)
-    if self.bar is None:
-      self._write()
+    self._tqdm = cls is not None
+    self.bar = _ChunkTextBar(total, desc, file, self._sim_rate) if cls is None \
+        else cls(total=total, desc=desc, unit="step", file=file,
+                 dynamic_ncols=True)
 
   def _sim_rate(self) -> str:
     elapsed = time.perf_counter() - self.start
@@ -118,31 +114,24 @@ class ChunkBar:
 
   def update(self, k: int) -> None:
     self.n += k
-    if self.bar is not None:
+    if self._tqdm:
       self.bar.set_postfix_str(self._sim_rate(), refresh=False)
-      self.bar.update(k)
-    else:
-      self._write()
+    self.bar.update(k)
 
   def close(self) -> None:
-    if self.bar is not None:
-      self.bar.close()
-    else:
-      self._write()
-      self._out().write("\n")
-      self._out().flush()
+    self.bar.close()
 
-  def _out(self) -> IO[str]:
-    return self.file if self.file is not None else sys.stderr
 
-  def _write(self) -> None:
-    elapsed = time.perf_counter() - self.start
-    rate = self.n / elapsed if elapsed > 0 else 0.0
+class _ChunkTextBar(TextBar):
+  """The text bar with an ETA and the simulated time per wall second."""
+
+  def __init__(self, total: int, desc: str | None, file: IO[str] | None,
+               sim_rate):
+    self.sim_rate = sim_rate
+    super().__init__(total, desc, file)
+
+  def _status(self, elapsed: float, rate: float) -> str:
     eta = (self.total - self.n) / rate if rate > 0 else float("nan")
-    pct = 100.0 * self.n / self.total if self.total else 100.0
-    prefix = f"{self.desc}: " if self.desc else ""
-    sim = self._sim_rate()
-    self._out().write(
-        f"\r{prefix}{pct:3.0f}% {self.n}/{self.total} steps [{elapsed:.1f}s "
-        f"< ETA {eta:.1f}s, {rate:.1f} steps/s{', ' + sim if sim else ''}]")
-    self._out().flush()
+    sim = self.sim_rate()
+    return (f"{self.n}/{self.total} steps [{elapsed:.1f}s < ETA {eta:.1f}s, "
+            f"{rate:.1f} steps/s{', ' + sim if sim else ''}]")
