@@ -149,16 +149,17 @@ def train(args, log=print):
   net = RecurrentLIF(args, jax.random.PRNGKey(args.seed))
   opt = optax.adam(args.lr)
   params = [net.w_in, net.w_rec, net.w_out]
-  opt_state = opt.init({p: p.value for p in params})
+  # In a State, 'auto' donation updates the optimizer state in place too.
+  opt_state = bs.State(opt.init({p: p.value for p in params}), name="adam")
   grads_of = grad_fn(net, args.devices)
 
   @bs.jit
-  def train_step(opt_state, x, labels):
+  def train_step(x, labels):
     (loss, correct), grads = grads_of(x, labels)
-    updates, opt_state = opt.update(grads, opt_state)
+    updates, opt_state.value = opt.update(grads, opt_state.value)
     for p, u in updates.items():
       p.value = p.value + u
-    return opt_state, loss, correct
+    return loss, correct
 
   n_batches = args.samples // args.batch
   epochs = _progress(range(args.epochs))
@@ -168,7 +169,7 @@ def train(args, log=print):
     losses, correct = [], 0
     for i in range(n_batches):
       idx = perm[i * args.batch:(i + 1) * args.batch]
-      opt_state, loss, c = train_step(opt_state, x_all[:, idx], y_all[idx])
+      loss, c = train_step(x_all[:, idx], y_all[idx])
       losses.append(loss)
       correct += int(c)
     history.append(float(np.mean(losses)))

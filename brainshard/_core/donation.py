@@ -9,7 +9,8 @@ The rule (``donate_states='auto'``, the default), checked at every call for
 every state that is both read and written:
 
   donate the state's value iff every node of it -- the ``jax.Array``, or
-  the dict/list/tuple containers of a pytree value and the arrays in them --
+  the containers of a pytree value (dicts, lists, tuples, NamedTuples such
+  as optax states, any registered node) and the arrays in them --
   is referenced by exactly one Python object: the State (for the root) or
   its parent container.
 
@@ -41,7 +42,9 @@ donates.
 from __future__ import annotations
 
 import sys
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
+
+from jax.tree_util import tree_flatten as _tree_flatten
 
 from brainshard._core.compat import ArrayImpl
 
@@ -90,13 +93,27 @@ _gil = getattr(sys, "_is_gil_enabled", None)
 AUTO_SUPPORTED = _COUNTS_EXACT and _LOCAL_EXACT and (_gil is None or _gil())
 
 
+def _is_node_of(root: Any) -> Callable[[Any], bool]:
+  return lambda x: x is not root
+
+
 def _children(node: Any) -> list | None:
+  """The direct children of a pytree node (None for a leaf).
+
+  Registered nodes (optax's NamedTuple states, dataclass pytrees) flatten one
+  level with the public ``tree_flatten``; a flatten that builds new
+  containers is safe: those are held only by the returned list, so their
+  count is below SOLE and the value is not donated.
+  """
   t = type(node)
   if t is dict:
     return list(node.values())
   if t is list or t is tuple:
     return list(node)
-  return None
+  children = _tree_flatten(node, is_leaf=_is_node_of(node))[0]
+  if len(children) == 1 and children[0] is node:
+    return None  # a leaf of unknown type
+  return children
 
 
 def sole_tree(node: Any) -> bool:
@@ -109,8 +126,8 @@ def sole_tree(node: Any) -> bool:
     return False
   counts = list(map(_getrefcount, children))
   for child, count in zip(children, counts):
-    if child is None or (type(child) is tuple and not child):
-      continue  # empty subtrees hold no buffers (and are shared singletons)
+    if child is None or (isinstance(child, (tuple, list, dict)) and not child):
+      continue  # empty subtrees hold no buffers (and may be shared singletons)
     if count != SOLE or not sole_tree(child):
       return False
   return True

@@ -11,9 +11,10 @@ how ``dataclasses`` and ``attrs`` make their ``__init__``: generate the
 code once, run it many times.
 
 The generated function falls back to the program's generic path for anything
-unusual: a frame on the stack or a foreign JAX trace (nested calls), or a
-candidate whose value is not a bare jax.Array held only by its State
-(pytree values, a reference kept by the user).
+unusual: a frame on the stack or a foreign JAX trace (nested calls), or
+inputs that need placing. A reference the user keeps to a state's value (the
+notebook pattern ``v_now = v.value`` after each step) stays on the fast path:
+it only selects the compiled variant that does not donate that state.
 """
 
 from __future__ import annotations
@@ -41,14 +42,15 @@ def make_entry(program: Any) -> Callable:
 
   The generated code is the top-level case of ``Program.call`` written out
   for these states; anything else (a frame on the stack, a foreign trace,
-  a value that may not be donated or is not placed right) calls
+  inputs that are not placed right) calls
   ``program.call``. A trace that finds new states raises ``Rediscover``,
   which re-plans (``owner.retry``) and calls again.
   """
   ns: dict[str, Any] = dict(
       _frames=_frames, _top=compat.at_top_level, _rc=sys.getrefcount,
       _SOLE=donation.SOLE_LOCAL, _Array=compat.ArrayImpl,
-      _jitted=program.j_all, _generic=program.call,
+      _jitted=program.j_all, _jitted_for=program.jitted_for,
+      _sole_tree=donation.sole_tree, _generic=program.call,
       _on_type_error=program.on_type_error, _retry=program.owner.retry,
       _Rediscover=Rediscover, _LOCK=SLOT_LOCK)
   lines = ["def entry(*args, **kwargs):", "  try:"]
@@ -79,24 +81,27 @@ def _body(program: Any, ns: dict) -> list[str]:
           "with _LOCK:"]  # see SLOT_LOCK in _state.py
   lines = [f"c{i} = C{i}._value" for i in range(len(cand))]
   lines += [f"r{i} = R{i}._value" for i in range(len(rest))]
+  lines += ["_j = _jitted"]
   if program.check_refs and cand:
-    test = " or ".join(f"_rc(c{i}) != _SOLE or type(c{i}) is not _Array"
-                       for i in range(len(cand)))
-    lines += [f"if {test}:",
-              f"  del {', '.join(cand)}",  # our references would count
-              "  return _generic(args, kwargs)"]
+    # Per candidate: held only by its State (a pytree value: every node held
+    # only by its parent). A kept reference selects the variant that leaves
+    # that state's buffer alone, without leaving this function.
+    sole = [f"_rc(c{i}) == _SOLE and (type(c{i}) is _Array or _sole_tree(c{i}))"
+            for i in range(len(cand))]
+    lines += [f"if not ({' and '.join(sole)}):",
+              f"  _j = _jitted_for(({', '.join(f'({t})' for t in sole)},))"]
   call_args = ", ".join(cand + [f"[{', '.join(rest)}]", "*args"])
   fast = program.place_targets(program) if program.place is not None else None
   if program.place is not None and fast is not None:
     lines += _placement_checks(program, fast, ns, cand + rest)
   lines += ["try:"]
   if program.place is None or fast is not None:
-    lines += [f"  out, new = _jitted({call_args}, **kwargs)"]
+    lines += [f"  out, new = _j({call_args}, **kwargs)"]
   else:
     ns.update(_place=program.place, _program=program)
     lines += [f"  cl, rl, args, kwargs = _place(_program, [{', '.join(cand)}], "
               f"[{', '.join(rest)}], args, kwargs)",
-              "  out, new = _jitted(*cl, rl, *args, **kwargs)"]
+              "  out, new = _j(*cl, rl, *args, **kwargs)"]
   lines += ["except TypeError:",
             "  _on_type_error()",
             "  raise"]
