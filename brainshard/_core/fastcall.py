@@ -50,6 +50,7 @@ def make_entry(program: Any) -> Callable:
       _frames=_frames, _top=compat.at_top_level, _rc=sys.getrefcount,
       _SOLE=donation.SOLE_LOCAL, _Array=compat.ArrayImpl,
       _jitted=program.j_all, _jitted_for=program.jitted_for,
+      _variants=program._jitted,
       _sole_tree=donation.sole_tree, _generic=program.call,
       _on_type_error=program.on_type_error, _retry=program.owner.retry,
       _Rediscover=Rediscover, _LOCK=SLOT_LOCK)
@@ -89,7 +90,8 @@ def _body(program: Any, ns: dict) -> list[str]:
     sole = [f"_rc(c{i}) == _SOLE and (type(c{i}) is _Array or _sole_tree(c{i}))"
             for i in range(len(cand))]
     lines += [f"if not ({' and '.join(sole)}):",
-              f"  _j = _jitted_for(({', '.join(f'({t})' for t in sole)},))"]
+              f"  _m = ({', '.join(f'({t})' for t in sole)},)",
+              "  _j = _variants.get(_m) or _jitted_for(_m)"]
   call_args = ", ".join(cand + [f"[{', '.join(rest)}]", "*args"])
   fast = program.place_targets(program) if program.place is not None else None
   if program.place is not None and fast is not None:

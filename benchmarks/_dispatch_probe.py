@@ -1,0 +1,77 @@
+"""Which path do ``bs.jit`` calls take here? A diagnostic for new platforms.
+
+``donate_states='auto'`` relies on exact reference counts (docs/donation.md).
+If a JAX version or backend held an extra reference to a call's outputs, the
+generated call would stop donating and dispatch would slow down without an
+error. This probe calls a step of N small States many times and reports, per
+N, how many calls left the generated fast path, which donation variants were
+compiled and the reference count of a state's value against the calibrated
+sole-owner count.
+
+Usage:  python -m benchmarks._dispatch_probe
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:
+  sys.path.insert(0, _ROOT)
+
+import jax  # noqa: E402
+
+import brainshard as bs  # noqa: E402
+from benchmarks import _models as M  # noqa: E402
+from brainshard._core import donation, fastcall, program as _program  # noqa: E402
+
+
+def probe(n: int, calls: int = 200, keep: bool = False) -> dict:
+  """Counts generic-path calls over ``calls`` calls of an N-state step."""
+  states, step = M.dispatch_step(n)
+  jitted = bs.jit(step)
+  for _ in range(3):
+    jitted()
+  generic = [0]
+  original = _program.Program.call
+
+  def counting(self, *args, **kwargs):
+    generic[0] += 1
+    return original(self, *args, **kwargs)
+
+  _program.Program.call = counting
+  try:
+    # The generated call binds program.call when made: make it again.
+    prog = jitted._core.program
+    prog.entry = jitted._core.entry = fastcall.make_entry(prog)
+    held = None
+    for _ in range(calls):
+      jitted()
+      if keep:
+        held = states[0].value
+    jax.block_until_ready(states[0].value)
+  finally:
+    _program.Program.call = original
+  del held
+  value = states[0]._value
+  return dict(n=n, keep=keep, generic_calls=generic[0], calls=calls,
+              variants=[list(m) for m in jitted._core.program._jitted],
+              refcount=sys.getrefcount(value) - 1, sole=donation.SOLE - 1)
+
+
+def main() -> None:
+  print(f"jax {jax.__version__} on {jax.devices()[0].platform}, Python "
+        f"{sys.version.split()[0]}; AUTO_SUPPORTED={donation.AUTO_SUPPORTED}")
+  for keep in (False, True):
+    for n in (1, 10, 100):
+      r = probe(n, keep=keep)
+      masks = sorted({"".join("D" if m else "-" for m in v)[:12]
+                      for v in r["variants"]})
+      print(f"  N={n:<4} keep a reference={keep!s:<5} generic-path calls "
+            f"{r['generic_calls']}/{r['calls']}  refcount {r['refcount']} "
+            f"(sole {r['sole']})  variants {masks}")
+
+
+if __name__ == "__main__":
+  main()
