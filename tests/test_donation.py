@@ -5,6 +5,7 @@ the State refers to it (docs/donation.md). A donated buffer is reused for
 the new value: on CPU the new value's buffer pointer equals the old one's.
 """
 
+import dataclasses
 import warnings
 from typing import NamedTuple
 
@@ -427,3 +428,45 @@ def test_without_donation_old_buffers_live():
   step(1.0)
   assert not old.is_deleted()
   np.testing.assert_array_equal(old, np.ones(16))
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class Params:
+  w: jax.Array
+  b: jax.Array
+
+
+class Box:  # not a pytree: the user may hold it
+  def __init__(self, x):
+    self.x = x
+
+
+class Reaching:  # a node whose flatten reaches through a Box
+  def __init__(self, box):
+    self.box = box
+
+
+jax.tree_util.register_pytree_node(
+    Reaching, lambda r: ((r.box.x,), None), lambda _, c: Reaching(Box(c[0])))
+
+
+def test_dataclass_pytree_donated_and_reaching_node_never():
+  p = bs.State(Params(jnp.zeros(16), jnp.zeros(16)))
+  box = Box(jnp.zeros(16))
+  r = bs.State(Reaching(box))
+
+  @bs.jit
+  def step():
+    p.value = jax.tree.map(lambda x: x + 1, p.value)
+    r.value = jax.tree.map(lambda x: x + 1, r.value)
+
+  step()
+  before = ptr(p.value.w)
+  held = r.value.box  # the Box: its array's count cannot show this
+  step()
+  assert ptr(p.value.w) == before
+  assert not held.x.is_deleted()
+  np.testing.assert_allclose(held.x, 1.0)
+  np.testing.assert_allclose(r.value.box.x, 2.0)
+  del box

@@ -98,22 +98,31 @@ def _is_node_of(root: Any) -> Callable[[Any], bool]:
 
 
 def _children(node: Any) -> list | None:
-  """The direct children of a pytree node (None for a leaf).
+  """The direct children of a pytree node; None where we cannot vouch for
+  them (a leaf of unknown type, or a node whose children are not objects
+  it holds itself).
 
-  Registered nodes (optax's NamedTuple states, dataclass pytrees) flatten one
-  level with the public ``tree_flatten``; a flatten that builds new
-  containers is safe: those are held only by the returned list, so their
-  count is below SOLE and the value is not donated.
+  NamedTuples (optax's optimizer states) and dict subclasses are read like
+  tuples and dicts. Another registered node (a dataclass pytree) counts only
+  if every child its one-level flatten returns is one of its own attribute
+  values: a flatten reaching through a non-pytree object could otherwise
+  hide a reference the user holds to that object.
   """
   t = type(node)
   if t is dict:
     return list(node.values())
   if t is list or t is tuple:
     return list(node)
+  if isinstance(node, tuple):
+    return list(node)
+  if isinstance(node, dict):
+    return list(node.values())
   children = _tree_flatten(node, is_leaf=_is_node_of(node))[0]
   if len(children) == 1 and children[0] is node:
     return None  # a leaf of unknown type
-  return children
+  own = {id(v) for v in getattr(node, "__dict__", {}).values()}
+  own.update(id(getattr(node, a, None)) for a in getattr(t, "__slots__", ()))
+  return children if all(id(c) in own for c in children) else None
 
 
 def sole_tree(node: Any) -> bool:
