@@ -351,6 +351,47 @@ def test_failed_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
   assert bs.restore_states(path, [x]) == {"good": 2}
 
 
+def test_async_save_at_the_end_of_a_script_is_committed(tmp_path):
+  # The last line of a script starts a background save and the interpreter
+  # exits: the checkpoint must still be written and current.
+  script = (
+      "import jax.numpy as jnp, brainshard as bs, sys\n"
+      "x = bs.State(jnp.arange(5.0) * 3, 'x')\n"
+      "bs.save_states(sys.argv[1], [x], block=False)\n")
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+  done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "c")],
+                        env=env, capture_output=True, text=True, timeout=120)
+  assert done.returncode == 0, done.stderr
+  assert "failed" not in done.stderr, done.stderr
+  x = bs.State(jnp.zeros(5), "x")
+  bs.restore_states(tmp_path / "c", [x])
+  np.testing.assert_array_equal(np.asarray(x.value), np.arange(5.0) * 3)
+
+
+def test_unwaited_failed_async_save_is_never_silent(tmp_path, monkeypatch):
+  # A background save that fails (here: at the commit) warns at once, and
+  # the next save or restore of the path raises its error: nothing is lost
+  # without the user hearing of it, and the previous checkpoint stays.
+  path = tmp_path / "c"
+  x = bs.State(jnp.arange(6.0), "x")
+  bs.save_states(path, [x], metadata={"good": 1})
+
+  def disk_full(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+
+  with monkeypatch.context() as m:
+    m.setattr(store, "_commit", disk_full)
+    with pytest.warns(RuntimeWarning, match="asynchronous save .* failed"):
+      handle = bs.save_states(path, [x], block=False, overwrite=True)
+      handle._thread.join()
+  assert "failed: OSError" in repr(handle)
+  with pytest.raises(OSError, match="No space left"):
+    bs.restore_states(path, [x])  # the failure is reported here, once
+  assert bs.restore_states(path, [x]) == {"good": 1}
+  bs.save_states(path, [x], overwrite=True, metadata={"good": 2})
+  assert bs.restore_states(path, [x]) == {"good": 2}
+
+
 def test_names_that_look_like_paths_stay_apart(tmp_path):
   full = lambda x: bs.State(jnp.full(2, x))  # noqa: E731
   states = {"a/b": full(1.0), "a.b": full(2.0), "a.1": full(5.0),

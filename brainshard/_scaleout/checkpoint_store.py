@@ -19,11 +19,14 @@ barriers (orbax's, over JAX's distributed runtime) order the steps.
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import os
 import re
 import shutil
+import sys
 import threading
+import warnings
 from typing import Any, Callable
 
 import jax
@@ -126,12 +129,17 @@ def barrier(stage: str) -> None:
 
 _pending: dict[str, "SaveHandle"] = {}
 _pending_lock = threading.Lock()
+# Failed asynchronous saves nobody has waited for: the next save or restore
+# of the same path raises the error, and the interpreter reports the rest at
+# exit, so a failed save is never silent.
+_unreported: dict[str, "SaveHandle"] = {}
 
 
 def wait_pending(path: str) -> None:
-  """Waits for an asynchronous save to ``path`` still in flight."""
+  """Waits for an asynchronous save to ``path`` still in flight; raises the
+  error of one that failed and was never waited for."""
   with _pending_lock:
-    handle = _pending.get(path)
+    handle = _pending.get(path) or _unreported.get(path)
   if handle is not None:
     handle.wait()
 
@@ -155,10 +163,15 @@ class SaveHandle:
     if self._thread is not None:
       self._thread.join()
     if self._error is not None:
+      with _pending_lock:
+        if _unreported.get(self.path) is self:
+          del _unreported[self.path]
       raise self._error
 
   def __repr__(self) -> str:
     state = "done" if self.done() else "writing"
+    if self._error is not None:
+      state = f"failed: {type(self._error).__name__}"
     return f"<bs.save_states {self.path!r} {self.version} ({state})>"
 
   def _run(self, finish: Callable[[], None]) -> None:
@@ -166,10 +179,51 @@ class SaveHandle:
       finish()
     except BaseException as e:  # re-raised by wait()
       self._error = e
+      warnings.warn(
+          f"bs.save_states: the asynchronous save of {self.path!r} "
+          f"({self.version}) failed: {type(e).__name__}: {e}. The previous "
+          "checkpoint is still current; handle.wait(), the next save or a "
+          "restore of this path raises the error.", RuntimeWarning,
+          stacklevel=1)
     finally:
       with _pending_lock:
         if _pending.get(self.path) is self:
           del _pending[self.path]
+        if self._error is not None:
+          _unreported[self.path] = self
+
+
+def _finish_saves_at_exit() -> None:
+  for handle in list(_pending.values()):
+    if handle._thread is not None:
+      handle._thread.join()
+
+
+# A script that ends right after ``save_states(..., block=False)`` must still
+# commit it. Joining non-daemon threads at exit is too late: the interpreter
+# first shuts down concurrent.futures' executors, which orbax's background
+# writes need. Hooks registered later run earlier, so this one (registered
+# when the first asynchronous save starts, long after concurrent.futures was
+# imported) finishes the saves before that shutdown.
+_exit_hook: list[bool] = []
+
+
+def _finish_saves_before_shutdown() -> None:
+  with _pending_lock:
+    if _exit_hook:
+      return
+    _exit_hook.append(True)
+  register = getattr(threading, "_register_atexit", None)
+  (register or atexit.register)(_finish_saves_at_exit)
+
+
+@atexit.register
+def _report_failed_saves() -> None:
+  # Runs after the interpreter joined the (non-daemon) save threads.
+  for handle in list(_unreported.values()):
+    print(f"bs.save_states: the asynchronous save of {handle.path!r} "
+          f"({handle.version}) failed and was never waited for: "
+          f"{type(handle._error).__name__}: {handle._error}", file=sys.stderr)
 
 
 def save_tree(path: str, version: str, tree: dict, manifest: dict,
@@ -204,7 +258,7 @@ def save_tree(path: str, version: str, tree: dict, manifest: dict,
       ckpt.close()
     _commit(path, version, commit_stage)
 
-  # Not a daemon: the interpreter waits for the commit before it exits.
+  _finish_saves_before_shutdown()
   handle._thread = threading.Thread(
       target=handle._run, args=(finish,), name=f"bs.save_states {version}")
   with _pending_lock:
