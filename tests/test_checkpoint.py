@@ -351,21 +351,29 @@ def test_failed_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
   assert bs.restore_states(path, [x]) == {"good": 2}
 
 
-def test_async_save_at_the_end_of_a_script_is_committed(tmp_path):
+def test_async_save_at_the_end_of_a_script(tmp_path):
   # The last line of a script starts a background save and the interpreter
-  # exits: the checkpoint must still be written and current.
+  # exits. Before 3.12 the save is finished first; from 3.12 on Python
+  # refuses the threads orbax needs at exit, so the save is reported as
+  # failed with what to do, and the previous checkpoint stays current.
   script = (
       "import jax.numpy as jnp, brainshard as bs, sys\n"
-      "x = bs.State(jnp.arange(5.0) * 3, 'x')\n"
-      "bs.save_states(sys.argv[1], [x], block=False)\n")
+      "x = bs.State(jnp.arange(5.0), 'x')\n"
+      "bs.save_states(sys.argv[1], [x])\n"
+      "x.value = x.value * 3\n"
+      "bs.save_states(sys.argv[1], [x], block=False, overwrite=True)\n")
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
   done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "c")],
                         env=env, capture_output=True, text=True, timeout=120)
   assert done.returncode == 0, done.stderr
-  assert "failed" not in done.stderr, done.stderr
   x = bs.State(jnp.zeros(5), "x")
   bs.restore_states(tmp_path / "c", [x])
-  np.testing.assert_array_equal(np.asarray(x.value), np.arange(5.0) * 3)
+  if sys.version_info < (3, 12):
+    assert "failed" not in done.stderr, done.stderr
+    np.testing.assert_array_equal(np.asarray(x.value), np.arange(5.0) * 3)
+  else:
+    assert "call handle.wait()" in done.stderr, done.stderr
+    np.testing.assert_array_equal(np.asarray(x.value), np.arange(5.0))
 
 
 def test_unwaited_failed_async_save_is_never_silent(tmp_path, monkeypatch):

@@ -221,9 +221,15 @@ def _finish_saves_before_shutdown() -> None:
 def _report_failed_saves() -> None:
   # Runs after the interpreter joined the (non-daemon) save threads.
   for handle in list(_unreported.values()):
+    hint = ""
+    if "shutdown" in str(handle._error):
+      hint = (" Python 3.12 and later cannot start the threads orbax writes "
+              "with once the interpreter is exiting: call handle.wait() (or "
+              "save with block=True) before the script ends.")
     print(f"bs.save_states: the asynchronous save of {handle.path!r} "
           f"({handle.version}) failed and was never waited for: "
-          f"{type(handle._error).__name__}: {handle._error}", file=sys.stderr)
+          f"{type(handle._error).__name__}: {handle._error}. The previous "
+          f"checkpoint is still current.{hint}", file=sys.stderr)
 
 
 def save_tree(path: str, version: str, tree: dict, manifest: dict,
