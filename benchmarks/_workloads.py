@@ -20,6 +20,7 @@ import brainshard as bs
 from benchmarks import _models as M
 from benchmarks import _peers
 from benchmarks._harness import Case, Timing, compare, compare_once
+from benchmarks.bench_demo import w_demo
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -381,4 +382,5 @@ WORKLOADS = {
     "first-call": w_first_call,
     "devices": w_devices,
     "memory": w_memory,
+    "demo": w_demo,
 }
