@@ -353,6 +353,8 @@ def render(doc: dict, out_dir: str, analysis: str | None = None, *,
   mem = _memory(results)
   if mem:
     lines += ["## 7. Memory: donating written states", ""] + mem + [""]
+  from benchmarks.bench_guides import render_guides
+  lines += render_guides(results)
   prof = _profile(doc)
   if prof:
     lines += ["## Profile of the per-call path", ""] + prof

@@ -67,3 +67,18 @@ def test_partial_run_keeps_the_full_runs_header(fake_root, monkeypatch):
   assert "## 1. Dispatch" in text  # the earlier section is kept
   assert "| 8 | 6.00 s | 6.00 | 4.0x |" in text
   assert "runs **4.0 times faster**" in text
+
+
+def test_guide_sections_render_the_benchmark_scripts_figures():
+  """docs/training.md and docs/ensemble.md quote no figures: the autodiff
+  and vmap workloads put bench_autodiff's and bench_vmap's into the page."""
+  from benchmarks import bench_guides
+  data = {"members": 64, "hlo": {"pure": {"instructions": 69}},
+          "step": {"pure": dict(per_call_s=1e-4, ratio=1.0, ratio_best=1.0),
+                   "brainshard": dict(per_call_s=2e-4, ratio=2.0,
+                                      ratio_best=1.9)}}
+  rows = bench_guides._rows("vmap", data)
+  assert [r["impl"] for r in rows] == ["pure", "brainshard"]
+  text = "\n".join(bench_guides.render_guides(rows))
+  assert "## 9. Ensembles" in text and "| step | brainshard | 2.00 | 1.90 | 0.200 ms |" in text
+  assert "## 8." not in text  # no autodiff rows, no section
