@@ -98,3 +98,22 @@ def test_entry_page_code_runs(capsys):
   assert abs(float(ns["total"]) - n * (1 - 0.9 ** 3)) < 1e-4
   assert ns["totals"].shape == (1000,)
   assert abs(float(ns["totals"][-1]) - n * (1 - 0.9 ** 1003)) < 1e-3
+
+
+# A duration of real time typed into a page: microseconds, "s per simulated
+# second", "~3 s", "2.3x faster". Simulated times (ms) are not timings.
+_TIMING = re.compile(
+    r"\b\d+(?:\.\d+)?\s?(?:µs|us|ns)\b|\d\s?s per simulated second"
+    r"|~\s?\d+(?:\.\d+)?\s?s\b|\d+(?:\.\d+)?\s?(?:x|times) (?:faster|slower)")
+
+
+def test_timings_come_from_the_generated_benchmarks_page():
+  """Timing figures live in docs/benchmarks.md, which `python -m benchmarks
+  --docs` writes; other pages link to it instead of typing numbers."""
+  pages = [p for p in sorted((ROOT / "docs").glob("*.md"))
+           if p.name != "benchmarks.md"] + [ROOT / "README.md"]
+  typed = [f"{p.name}: {m.group(0)!r}" for p in pages
+           for m in _TIMING.finditer(p.read_text())]
+  assert not typed, typed
+  assert "benchmarks.md#4c-the-readme-demo-on-1-and-8-devices" in (
+      ROOT / "README.md").read_text()
