@@ -273,6 +273,11 @@ def render(doc: dict, out_dir: str, analysis: str | None = None, *,
             f"{meta['repeats']} interleaved repeats; load average at the end "
             f"{', '.join(f'{x:.1f}' for x in meta.get('load_avg', []))} (the "
             f"machine was shared); whole run {meta.get('wall_s', 0):.0f} s.", ""]
+  for u in meta.get("updated", []):
+    lines += [f"Re-measured {u['date']} (`--only {','.join(u['workloads'])}`; "
+              "load average at the end "
+              f"{', '.join(f'{x:.1f}' for x in u.get('load_avg') or [])}): "
+              "those sections only.", ""]
   lines += ["## Goals", ""] + _goal_summary(results) + [""]
   if analysis:
     lines += [analysis.strip(), ""]
@@ -319,6 +324,10 @@ def render(doc: dict, out_dir: str, analysis: str | None = None, *,
   if ex:
     lines += ["`examples/cuba.py` (its own report):", "", "```"]
     lines += ex[0].get("output", []) + ["```", ""]
+  demo = _by(results, "demo")
+  if demo:
+    from benchmarks.bench_demo import render_demo
+    lines += render_demo(demo, meta)
   fc = _by(results, "first-call")
   if fc:
     lines += ["## 5. First call: trace + compile + run", "",
@@ -344,6 +353,8 @@ def render(doc: dict, out_dir: str, analysis: str | None = None, *,
   mem = _memory(results)
   if mem:
     lines += ["## 7. Memory: donating written states", ""] + mem + [""]
+  from benchmarks.bench_guides import render_guides
+  lines += render_guides(results)
   prof = _profile(doc)
   if prof:
     lines += ["## Profile of the per-call path", ""] + prof

@@ -20,6 +20,8 @@ import brainshard as bs
 from benchmarks import _models as M
 from benchmarks import _peers
 from benchmarks._harness import Case, Timing, compare, compare_once
+from benchmarks.bench_demo import w_demo
+from benchmarks.bench_guides import w_autodiff, w_vmap
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -391,4 +393,7 @@ WORKLOADS = {
     "first-call": w_first_call,
     "devices": w_devices,
     "memory": w_memory,
+    "demo": w_demo,
+    "autodiff": w_autodiff,
+    "vmap": w_vmap,
 }

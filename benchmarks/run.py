@@ -136,6 +136,13 @@ def _write(doc: dict, args: argparse.Namespace, paths: dict) -> None:
     keep = [r for r in old.get("results", []) if r["workload"] not in
             {r2["workload"] for r2 in doc["results"]}]
     doc["results"] = keep + doc["results"]
+    # A partial run updates some sections; the page keeps the full run's
+    # header (date, mode, load) and says which sections were re-measured.
+    if "meta" in old:
+      doc["meta"] = dict(old["meta"], updated=old["meta"].get("updated", []) + [
+          dict(workloads=args.workloads, date=doc["meta"]["date"],
+               load_avg=doc["meta"].get("load_avg"),
+               wall_s=doc["meta"]["wall_s"])])
     if "profile" not in doc and "profile" in old:
       doc["profile"] = old["profile"]
   with open(path, "w") as f:

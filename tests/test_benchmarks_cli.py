@@ -51,3 +51,34 @@ def test_docs_flag_regenerates_the_docs(fake_root):
   assert _files(fake_root / "docs") == ["benchmarks.md", "benchmarks_states.png"]
   text = (fake_root / "docs" / "benchmarks.md").read_text()
   assert "](benchmarks_states.png)" in text and "--docs" in text
+
+
+def test_partial_run_keeps_the_full_runs_header(fake_root, monkeypatch):
+  """`--only demo --docs` re-measures one section: the page keeps the full
+  run's date and mode and says which sections were re-measured when."""
+  assert run.main(["--no-peers", "--only", "dispatch"]) == 0
+  demo = [dict(workload="demo", case=f"{k} device(s)", impl="brainshard",
+               baseline=None, x=k, runs=[t], output=["done"],
+               per_sim_second_s=t) for k, t in ((1, 1.5), (8, 6.0))]
+  monkeypatch.setitem(_workloads.WORKLOADS, "demo", lambda ctx: list(demo))
+  assert run.main(["--no-peers", "--only", "demo", "--docs"]) == 0
+  text = (fake_root / "docs" / "benchmarks.md").read_text()
+  assert "Mode: full" in text and "Re-measured" in text and "`--only demo`" in text
+  assert "## 1. Dispatch" in text  # the earlier section is kept
+  assert "| 8 | 6.00 s | 6.00 | 4.0x |" in text
+  assert "runs **4.0 times faster**" in text
+
+
+def test_guide_sections_render_the_benchmark_scripts_figures():
+  """docs/training.md and docs/ensemble.md quote no figures: the autodiff
+  and vmap workloads put bench_autodiff's and bench_vmap's into the page."""
+  from benchmarks import bench_guides
+  data = {"members": 64, "hlo": {"pure": {"instructions": 69}},
+          "step": {"pure": dict(per_call_s=1e-4, ratio=1.0, ratio_best=1.0),
+                   "brainshard": dict(per_call_s=2e-4, ratio=2.0,
+                                      ratio_best=1.9)}}
+  rows = bench_guides._rows("vmap", data)
+  assert [r["impl"] for r in rows] == ["pure", "brainshard"]
+  text = "\n".join(bench_guides.render_guides(rows))
+  assert "## 9. Ensembles" in text and "| step | brainshard | 2.00 | 1.90 | 0.200 ms |" in text
+  assert "## 8." not in text  # no autodiff rows, no section

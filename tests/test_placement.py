@@ -120,3 +120,25 @@ def test_eager_shard_map_places_misplaced_inputs(axis_type):
   assert float(step(ones)) == 16.0
   assert v.value.sharding.spec == P("x")
   assert float(step(ones, **{})) == 32.0
+
+
+def test_jitted_shard_map_called_inside_another_transform(axis_type):
+  """``bs.jit(bs.shard_map(f))`` called inside ``bs.jit`` and inside
+  ``bs.for_loop``: its placement hints meet tracers there, which the
+  enclosing program places (it used to ask a tracer for ``.sharding``)."""
+  m = make_mesh((8,), ("x",), axis_type)
+  v = bs.State(jnp.zeros(16), name="v", spec=P("x"))
+
+  def f(c):
+    v.value = v.value + c
+    return jax.lax.psum(v.value.sum(), "x")
+
+  inner = bs.jit(bs.shard_map(f, mesh=m, in_specs=P("x"), out_specs=P()))
+  c = jnp.arange(16.0)
+  assert float(bs.jit(lambda: inner(c))()) == float(c.sum())
+  totals = bs.jit(lambda xs: bs.for_loop(inner, xs))(jnp.stack([c] * 3))
+  # pure reference: v accumulates c on every step
+  np.testing.assert_allclose(np.asarray(totals), [2 * c.sum(), 3 * c.sum(),
+                                                  4 * c.sum()])
+  np.testing.assert_allclose(np.asarray(v.value), 4 * np.asarray(c))
+  assert v.value.sharding.spec == P("x")

@@ -85,7 +85,21 @@ _rules = _RuleStack()
 
 
 def current_axis_rules() -> dict[str, Target]:
-  """The logical-axis rules in effect on this thread (a fresh dict)."""
+  """The logical-axis rules in effect on this thread (a fresh dict).
+
+  The rules of the innermost :func:`axis_rules` block (nested blocks are
+  merged, the inner entries winning), as ``{logical name: mesh axis}``;
+  ``{}`` outside every block. Changing the returned dict changes nothing.
+
+  Example:
+    >>> import brainshard as bs
+    >>> bs.current_axis_rules()
+    {}
+    >>> with bs.axis_rules({'neuron': 'x'}):
+    ...   with bs.axis_rules({'batch': None}):
+    ...     print(bs.current_axis_rules())
+    {'batch': None, 'neuron': 'x'}
+  """
   return dict(_rules.stack[-1]) if _rules.stack else {}
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 import jax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from brainshard._core import compat
 from brainshard._core.compat import ArrayImpl
 from brainshard._core.specs import (
     arg_leaf_specs, check_spec, has_explicit_axes, leaf_specs,
@@ -252,6 +253,8 @@ class HintedPlacement:
     for i, (x, target) in enumerate(zip(cand, self.targets(plan.cand), strict=True)):
       if target is not None:
         leaves, treedef = jax.tree.flatten(x)
+        if compat.is_traced(leaves):
+          continue  # called inside an enclosing trace, which places inputs
         if not all(isinstance(a, jax.Array) and same_placement(a, t)
                    for a, t in zip(leaves, target, strict=True)):
           cand[i] = jax.tree.unflatten(treedef, [

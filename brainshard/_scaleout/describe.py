@@ -15,7 +15,20 @@ __all__ = ["describe", "visualize", "StateInfo", "StateTable"]
 
 
 class StateInfo(NamedTuple):
-  """One row of :func:`describe`: one array leaf of one State."""
+  """One row of :func:`describe`: one array leaf of one State.
+
+  A named tuple: ``name`` (the State's name, or its path in what was
+  described; a pytree leaf adds its own path), ``type`` (the State's class
+  name), ``shape``, ``dtype``, ``spec`` (its PartitionSpec as text),
+  ``devices`` (how many devices hold a part of it) and
+  ``bytes_per_device`` (the largest part any one device holds).
+
+  Example:
+    >>> import jax.numpy as jnp, brainshard as bs
+    >>> row = bs.describe(bs.State(jnp.zeros(4), name='v'))[0]
+    >>> isinstance(row, bs.StateInfo), row.name, row.shape, row.bytes_per_device
+    (True, 'v', (4,), 16)
+  """
   name: str
   type: str
   shape: tuple
@@ -34,7 +47,19 @@ def _bytes(n: int) -> str:
 
 
 class StateTable(list):
-  """The rows of :func:`describe`; prints as a table."""
+  """The rows of :func:`describe`; prints as a table.
+
+  A list of :class:`StateInfo` rows; ``str()`` of it is the aligned table
+  with a total, and ``.bytes_per_device`` is what the rows take on the
+  fullest device.
+
+  Example:
+    >>> import jax.numpy as jnp, brainshard as bs
+    >>> table = bs.describe([bs.State(jnp.zeros(4), name='v'),
+    ...                      bs.ParamState(jnp.zeros((2, 2)), name='w')])
+    >>> isinstance(table, bs.StateTable), len(table), table.bytes_per_device
+    (True, 2, 32)
+  """
 
   @property
   def bytes_per_device(self) -> int:

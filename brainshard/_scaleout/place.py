@@ -197,7 +197,24 @@ class _InitFrame(Frame):
 class ShardedInit:
   """The result of :func:`sharded_init`: call it with the initialiser's
   arguments. ``.lower(...)`` gives the ``jax.stages.Lowered`` of the
-  initialiser (``.compile().memory_analysis()`` shows per-device bytes)."""
+  initialiser (``.compile().memory_analysis()`` shows per-device bytes).
+
+  Calling it runs the initialiser once, compiled with the output shardings
+  the States' resolved specs ask for, so each device computes only its own
+  shards, and returns what the initialiser returns, its States already
+  placed. Make one with :func:`sharded_init` rather than directly.
+
+  Example:
+    >>> import jax, jax.numpy as jnp, brainshard as bs
+    >>> mesh = jax.make_mesh((2,), ('x',))
+    >>> def make(n):
+    ...   return bs.ParamState(jnp.ones((n, 3)), 'w', spec=jax.P('x'))
+    >>> init = bs.sharded_init(make, mesh, static_argnums=0)
+    >>> isinstance(init, bs.ShardedInit)
+    True
+    >>> init(4).value.sharding.spec
+    P('x',)
+  """
 
   def __init__(self, init_fn: Callable, mesh: Any = None,
                specs: StateSpecs = None, axis_rules: Any = None,
