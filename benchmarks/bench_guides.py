@@ -17,7 +17,9 @@ import io
 TITLES = {
     "autodiff": ("## 8. Training: `bs.value_and_grad` + optax, and BPTT",
                  "`benchmarks/bench_autodiff.py`: one Adam step of an N-layer "
-                 "tanh network whose weights are `ParamState`s (`train-N`), and "
+                 "tanh network whose weights are `ParamState`s and whose optax "
+                 "state is a `State` (`train-N`; beside: pure JAX donating the "
+                 "same buffers, and the optax state passed as an argument), and "
                  "`bs.value_and_grad` through a 1000-step `bs.for_loop` of 256 "
                  "LIF neurons (`bptt-1000`), against `jax.jit(jax.value_and_grad)` "
                  "with the arrays as arguments (`pure`). Guide: "
