@@ -7,7 +7,6 @@ import io
 import logging
 import os
 import signal
-import threading
 import time
 
 import jax
@@ -159,13 +158,17 @@ def test_a_run_compiles_at_most_two_chunk_programs():
 
 
 def _press_ctrl_c_after(runner, chunks):
-  def press():
-    while runner.chunks_done < chunks:
-      time.sleep(0.0005)
-    os.kill(os.getpid(), signal.SIGINT)
-  thread = threading.Thread(target=press, daemon=True)
-  thread.start()
-  return thread
+  """Sends a real SIGINT to this process once ``chunks`` chunks are recorded,
+  from the main thread while the run is in progress (a thread pressing it
+  could be scheduled only after a fast run ended, and interrupt pytest)."""
+
+  record = runner._record
+
+  def record_then_press(*args):
+    record(*args)
+    if runner.chunks_done == chunks:
+      os.kill(os.getpid(), signal.SIGINT)
+  runner._record = record_then_press
 
 
 def test_sigint_stops_at_a_chunk_boundary_and_the_run_continues(capsys):
@@ -173,9 +176,8 @@ def test_sigint_stops_at_a_chunk_boundary_and_the_run_continues(capsys):
   runner = bs.Runner(step, monitors(v), chunk=32, progress=False)
   n = 32 * 120 + 5
   before = signal.getsignal(signal.SIGINT)
-  thread = _press_ctrl_c_after(runner, 2)
+  _press_ctrl_c_after(runner, 2)
   res = runner.run(n)
-  thread.join()
   assert signal.getsignal(signal.SIGINT) is before  # handler put back
   assert res.interrupted and "runner.run() continues" in capsys.readouterr().err
   done = runner.step_count
@@ -189,10 +191,9 @@ def test_sigint_stops_at_a_chunk_boundary_and_the_run_continues(capsys):
 def test_sigint_can_raise_instead():
   v, step, _ = make_net()
   runner = bs.Runner(step, {}, chunk=32, progress=False, on_interrupt="raise")
-  thread = _press_ctrl_c_after(runner, 1)
+  _press_ctrl_c_after(runner, 1)
   with pytest.raises(KeyboardInterrupt, match="interrupted after step"):
     runner.run(32 * 120)
-  thread.join()
   np.testing.assert_array_equal(np.asarray(v.value),
                                 reference(runner.step_count)[0])
 
