@@ -54,8 +54,10 @@ def zeros_like_aval(aval: Any, lead: int, dtype: Any) -> jax.Array:
       t == jax.sharding.AxisType.Explicit for t in sharding.mesh.axis_types):
     rest = [None] * (len(aval.shape) - len(sharding.spec))
     spec = P(None, *sharding.spec, *rest)
-    return jnp.zeros(shape, dtype,
-                     out_sharding=NamedSharding(sharding.mesh, spec))
+    # reshard, not zeros(out_sharding=): JAX 0.12 drops a sharding on an
+    # abstract mesh given to zeros outside a mesh context.
+    return jax.reshard(jnp.zeros(shape, dtype),
+                       NamedSharding(sharding.mesh, spec))
   return jnp.zeros(shape, dtype)
 
 
