@@ -15,7 +15,10 @@ array (JAX arrays are immutable); integer draws default to ``int32``.
 brainstate's follows ``jax.random.pareto`` on ``[1, inf)``.
 :func:`negative_binomial` is an exact gamma-Poisson mixture and
 :func:`hypergeometric` an exact sequential draw (``jax.random`` has neither).
-No sampler of the list in issue 15 is missing.
+Inside ``bs.shard_map`` the count samplers (poisson, binomial, multinomial,
+negative_binomial) run exact loops of their own, because ``jax.random``'s
+loops fail with a per-shard key. No sampler of the list in issue 15 is
+missing.
 
 Example:
   >>> import brainshard as bs

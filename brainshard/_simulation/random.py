@@ -27,6 +27,7 @@ import numpy as np
 from brainshard._core import compat
 from brainshard._core.frames import manual_axes
 from brainshard._core.state import SLOT_LOCK, State, frame_stack
+from brainshard._simulation import random_counts
 
 __all__ = [
     "RandomState", "default_state", "seed", "split_key", "normal", "uniform",
@@ -265,6 +266,8 @@ def _bernoulli(key, p, shape):
 
 @functools.partial(jax.jit, static_argnums=(2, 3))
 def _poisson(key, lam, shape, dtype):
+  if random_counts.varying(key):  # per-shard key: jax's loop fails there
+    return random_counts.poisson(key, lam, shape, dtype)
   return jax.random.poisson(key, lam, shape, dtype)
 
 

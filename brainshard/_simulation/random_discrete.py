@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from brainshard._simulation.random import Size, _float_dtype, _shape, randint
+from brainshard._simulation import random_counts as counts
 from brainshard._simulation.random_samplers import _loc_scale, draw
 
 __all__ = [
@@ -41,10 +42,14 @@ def _permutation(key, x, *, shape, dtype, axis, independent):
 
 
 def _binomial(key, n, p, *, shape, dtype):
+  if counts.varying(key):  # a per-shard key: see random_counts
+    return counts.binomial(key, n, p, shape, dtype)
   return jax.random.binomial(key, n, p, shape).astype(dtype)
 
 
 def _multinomial(key, n, p, *, shape, dtype):
+  if counts.varying(key):
+    return counts.multinomial(key, n, p, shape, dtype)
   return jax.random.multinomial(key, n, p, shape=shape).astype(dtype)
 
 
@@ -60,26 +65,17 @@ def _negative_binomial(key, n, p, *, shape, dtype):
   # Exact gamma-Poisson mixture: failures before the n-th success.
   k1, k2 = jax.random.split(key)
   lam = jax.random.gamma(k1, n, shape) * (1 - p) / p
-  return jax.random.poisson(k2, lam, shape, dtype)
+  return _poisson(k2, lam, shape=shape, dtype=dtype)
+
+
+def _poisson(key, lam, *, shape, dtype):
+  if counts.varying(key):
+    return counts.poisson(key, lam, shape, dtype)
+  return jax.random.poisson(key, lam, shape, dtype)
 
 
 def _hypergeometric(key, ngood, nbad, nsample, *, shape, dtype):
-  # Exact: draw nsample balls one at a time without replacement (a loop of
-  # max(nsample) steps; each member stops at its own nsample).
-  good, bad, n = (jnp.broadcast_to(jnp.asarray(x, jnp.int32), shape)
-                  for x in (ngood, nbad, nsample))
-
-  def step(i, carry):
-    good, bad, got = carry
-    u = jax.random.uniform(jax.random.fold_in(key, i), shape)
-    active = i < n
-    hit = active & (u * (good + bad) < good)
-    miss = active & ~hit
-    return good - hit, bad - miss, got + hit
-
-  zero = jnp.zeros(shape, jnp.int32)
-  _, _, got = jax.lax.fori_loop(0, jnp.max(n, initial=0), step, (good, bad, zero))
-  return got.astype(dtype)
+  return counts.hypergeometric(key, ngood, nbad, nsample, shape, dtype)
 
 
 # ----------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from brainshard._core import compat
 from brainshard._simulation.random import Size, _float_dtype, _key, _shape
 
 __all__ = [
@@ -32,7 +33,22 @@ __all__ = [
 
 @functools.partial(jax.jit, static_argnames=("fn", "shape", "dtype", "opts"))
 def _run(key, *params, fn, shape, dtype, opts):
+  params = jax.tree.map(functools.partial(_like_key, key, dtype), params)
   return fn(key, *params, shape=shape, dtype=dtype, **dict(opts))
+
+
+def _like_key(key, dtype, x):
+  """A parameter in the draw's float dtype (jax.random refuses to narrow),
+  varying over the mesh axes the per-shard key varies over: inside
+  ``shard_map`` jax.random's own loops (binomial's) need one carry type."""
+  if dtype is not None and jnp.issubdtype(dtype, jnp.floating) and \
+      jnp.issubdtype(x.dtype, jnp.floating):
+    x = x.astype(dtype)
+  missing = compat.varying_axes(jax.typeof(key)) - compat.varying_axes(
+      jax.typeof(x))
+  if missing:
+    x = jax.lax.pcast(x, tuple(sorted(missing)), to="varying")
+  return x
 
 
 def draw(where: str, key: Any, fn, params: tuple, shape: tuple[int, ...],
