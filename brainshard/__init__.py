@@ -13,6 +13,8 @@ from brainshard._transforms.shard_map import shard_map
 from brainshard._simulation.progress import ProgressBar
 from brainshard._transforms.loops import for_loop, scan, while_loop
 from brainshard._transforms.cond import cond, switch
+from brainshard._transforms.cond import ifelse
+from brainshard._transforms.loops import bounded_while_loop
 from brainshard._transforms.vmap import vmap
 from brainshard._transforms.autodiff import (
     grad, hessian, jacfwd, jacrev, jvp, value_and_grad, vjp)
@@ -46,6 +48,7 @@ __all__ = [
     "remat",
     # simulation drivers
     "for_loop", "scan", "while_loop", "cond", "switch", "ProgressBar",
+    "ifelse", "bounded_while_loop",
     "random",
     # scale-out
     "axis_rules", "current_axis_rules", "place", "resolve_spec",

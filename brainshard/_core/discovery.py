@@ -179,11 +179,14 @@ class StatefulFunction:
     self.axis_env = list(axis_env) if axis_env else None
     self._cache: Cache = Cache()
     self._last: Discovery | None = None
+    self._core = None  # the compiled program of __call__, made on first call
 
   def clear_cache(self) -> None:
-    """Forgets every cached discovery of this function."""
+    """Forgets every cached discovery of this function (and the program
+    calling it compiled)."""
     self._cache.clear()
     self._last = None
+    self._core = None
 
   # -- discovery ------------------------------------------------------------
 
@@ -221,23 +224,56 @@ class StatefulFunction:
     then the leaves of the written states."""
     return self.discover(*args, **kwargs).jaxpr
 
-  def _discovery_for(self, args, kwargs) -> Discovery:
+  def _discovery_for(self, args, kwargs, compile_if_miss: bool = True
+                     ) -> Discovery:
     if not args and not kwargs and self._last is not None:
       return self._last
+    if not compile_if_miss:
+      found = self.lookup(args, kwargs)[0]
+      if found is None:
+        raise ValueError(
+            f"{self.name}: nothing discovered for these arguments yet and "
+            "compile_if_miss=False; call it, or pass compile_if_miss=True.")
+      return found
     return self.discover(*args, **kwargs)
 
-  def get_states(self, *args, **kwargs) -> tuple[State, ...]:
+  def get_states(self, *args, compile_if_miss: bool = True, **kwargs
+                 ) -> tuple[State, ...]:
     """Every State the function touches (for these arguments; with no
-    arguments, for the most recent discovery)."""
-    return self._discovery_for(args, kwargs).states
+    arguments, for the most recent discovery). ``compile_if_miss=False``
+    (brainstate's keyword) raises instead of tracing an unseen call."""
+    return self._discovery_for(args, kwargs, compile_if_miss).states
 
-  def get_read_states(self, *args, **kwargs) -> tuple[State, ...]:
+  def get_read_states(self, *args, compile_if_miss: bool = True, **kwargs
+                      ) -> tuple[State, ...]:
     """States read before being written: the pure function's inputs."""
-    return self._discovery_for(args, kwargs).read_states
+    return self._discovery_for(args, kwargs, compile_if_miss).read_states
 
-  def get_write_states(self, *args, **kwargs) -> tuple[State, ...]:
+  def get_write_states(self, *args, compile_if_miss: bool = True, **kwargs
+                       ) -> tuple[State, ...]:
     """States the function writes."""
-    return self._discovery_for(args, kwargs).write_states
+    return self._discovery_for(args, kwargs, compile_if_miss).write_states
+
+  def __call__(self, *args, **kwargs) -> Any:
+    """Runs the function and writes its results to the States, compiled
+    once per call signature exactly as ``bs.jit(fun)`` (brainstate's
+    ``sf(*args)``). Its discoveries are this object's.
+
+    Example:
+      >>> import brainshard as bs, jax.numpy as jnp
+      >>> c = bs.State(jnp.zeros(()), name='c')
+      >>> def tick(dt):
+      ...   c.value = c.value + dt
+      ...   return c.value
+      >>> sf = bs.StatefulFunction(tick)
+      >>> sf(0.5), sf(0.5)
+      (Array(0.5, dtype=float32), Array(1., dtype=float32))
+    """
+    core = self._core
+    if core is None:
+      from brainshard._core.program import StatefulJit  # program imports us
+      core = self._core = StatefulJit(self.fun, self.name, stateful=self)
+    return core.entry(*args, **kwargs)
 
   def jaxpr_call(self, state_vals: Sequence[Any], *args, **kwargs
                  ) -> tuple[list[Any], Any]:

@@ -232,6 +232,36 @@ class State:
     else:
       self._set_global(self._checked_top_level(value, "restored"))
 
+  def replace(self, value: Any) -> "State":
+    """A new State of this type holding ``value``, with this one's name,
+    ``spec`` and ``axes`` (brainstate's ``replace``); this one is unchanged.
+
+    Example:
+      >>> import brainshard as bs, jax.numpy as jnp
+      >>> w = bs.ParamState(jnp.ones(2), name='w')
+      >>> w2 = w.replace(jnp.zeros(2))
+      >>> type(w2).__name__, w2.name, w2.value, w.value
+      ('ParamState', 'w', Array([0., 0.], dtype=float32), Array([1., 1.], dtype=float32))
+    """
+    new = object.__new__(type(self))
+    # public attributes (a subclass's too); State.__init__ sets the rest
+    vars(new).update({k: v for k, v in vars(self).items()
+                      if not k.startswith("_")})
+    State.__init__(new, value, name=self.name, spec=self.spec, axes=self.axes)
+    return new
+
+  def copy(self) -> "State":
+    """A new State of this type with this one's value, name, spec and axes.
+
+    Example:
+      >>> import brainshard as bs, jax.numpy as jnp
+      >>> v = bs.State(jnp.ones(2), name='v')
+      >>> c = v.copy(); c.value = c.value + 1
+      >>> v.value, c.value
+      (Array([1., 1.], dtype=float32), Array([2., 2.], dtype=float32))
+    """
+    return self.replace(self.value)
+
   @property
   def sharding(self) -> Any:
     """The ``NamedSharding`` of the current value (a pytree of them for a

@@ -16,6 +16,7 @@ a mesh shape.
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from typing import Any, Sequence
 
@@ -26,6 +27,7 @@ import numpy as np
 from brainshard._core import compat
 from brainshard._core.frames import manual_axes
 from brainshard._core.state import SLOT_LOCK, State, frame_stack
+from brainshard._simulation import random_counts
 
 __all__ = [
     "RandomState", "default_state", "seed", "split_key", "normal", "uniform",
@@ -41,8 +43,11 @@ def _is_typed_key(x: Any) -> bool:
 
 
 def _as_key(seed_or_key: Any, owner: str) -> jax.Array:
-  """A scalar typed key from a seed, a typed key or a raw uint32 key."""
+  """A scalar typed key from a seed, a typed key or a raw uint32 key; None
+  gives a fresh key from the operating system's entropy."""
   x = seed_or_key
+  if x is None:
+    return jax.random.wrap_key_data(np.frombuffer(os.urandom(8), np.uint32))
   if _is_typed_key(x):
     if x.shape:
       raise ValueError(f"{owner}: expected one PRNG key, got keys of shape {x.shape}.")
@@ -103,8 +108,9 @@ class RandomState(State):
   def __init__(self, seed_or_key: Any = 0, name: str | None = None):
     super().__init__(_as_key(seed_or_key, "RandomState"), name=name)
 
-  def seed(self, seed_or_key: Any) -> None:
-    """Restarts the stream from a seed or key (a State write)."""
+  def seed(self, seed_or_key: Any = None) -> None:
+    """Restarts the stream from a seed or key (a State write); without one,
+    from a fresh nondeterministic seed."""
     key = _as_key(seed_or_key, f"{self._label()}.seed")
     with SLOT_LOCK:  # not between another thread's read and write of the key
       self.value = key
@@ -186,8 +192,9 @@ def _make_default() -> RandomState:
     stack[:] = saved
 
 
-def seed(seed_or_key: Any) -> None:
-  """Seeds the default RandomState (an int, a typed key or a raw key).
+def seed(seed_or_key: Any = None) -> None:
+  """Seeds the default RandomState (an int, a typed key or a raw key);
+  ``seed()`` draws a fresh nondeterministic seed from ``os.urandom``.
 
   Example:
     >>> import brainshard as bs
@@ -259,6 +266,8 @@ def _bernoulli(key, p, shape):
 
 @functools.partial(jax.jit, static_argnums=(2, 3))
 def _poisson(key, lam, shape, dtype):
+  if random_counts.varying(key):  # per-shard key: jax's loop fails there
+    return random_counts.poisson(key, lam, shape, dtype)
   return jax.random.poisson(key, lam, shape, dtype)
 
 
@@ -269,12 +278,15 @@ def _randint(key, low, high, shape, dtype):
 
 def normal(loc=0.0, scale=1.0, size: Size = None, key: Any = None,
            dtype: Any = None) -> jax.Array:
-  """Normal samples with mean ``loc`` and standard deviation ``scale``.
+  """Normal samples with mean ``loc`` and standard deviation ``scale``
+  (``None`` means the default, brainstate's spelling).
 
   ``size`` is the output shape (default: the broadcast shape of the
   parameters). Inside ``bs.shard_map`` it is the per-shard shape, and each
   shard draws different numbers.
   """
+  loc = 0.0 if loc is None else loc
+  scale = 1.0 if scale is None else scale
   dtype = _float_dtype(dtype, loc, scale)
   return _normal(_key(key, "normal"), loc, scale, _shape(size, loc, scale),
                  jnp.dtype(dtype))
@@ -297,7 +309,7 @@ def poisson(lam=1.0, size: Size = None, key: Any = None,
             dtype: Any = jnp.int32) -> jax.Array:
   """Poisson counts with rate ``lam``."""
   return _poisson(_key(key, "poisson"), lam, _shape(size, lam),
-                  jnp.dtype(dtype))
+                  jnp.dtype(dtype or jnp.int32))
 
 
 def randint(low, high=None, size: Size = None, key: Any = None,
@@ -306,4 +318,4 @@ def randint(low, high=None, size: Size = None, key: Any = None,
   if high is None:
     low, high = 0, low
   return _randint(_key(key, "randint"), low, high, _shape(size, low, high),
-                  jnp.dtype(dtype))
+                  jnp.dtype(dtype or jnp.int32))

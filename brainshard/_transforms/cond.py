@@ -20,7 +20,7 @@ from brainshard._transforms.control import (
     avals_of, cast_varying, discover_body, eager_call, is_eager, join_vma,
     run_body, vma_tree)
 
-__all__ = ["cond", "switch"]
+__all__ = ["cond", "switch", "ifelse"]
 
 
 def _branches_traced(select: Callable, branches: Sequence[Callable],
@@ -129,3 +129,47 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
     return eager_call(name, list(branches), ("switch",), impl,
                       (index, operands))
   return impl(*branches)(index, operands)
+
+
+@compat.api_boundary
+def ifelse(conditions: Any, branches: Sequence[Callable], *operands: Any,
+           check_cond: bool = True) -> Any:
+  """``if / elif / else`` over States (brainstate's ``ifelse``), on
+  :func:`switch`.
+
+  ``branches[i](*operands)`` runs for the first true ``conditions[i]``; the
+  last branch runs when none is true. With ``check_cond`` (the default) and
+  concrete conditions, anything but exactly one true condition is a
+  ``ValueError`` (brainstate's check); traced conditions are not checked.
+
+  Example:
+    >>> import brainshard as bs
+    >>> def grade(a):
+    ...   return bs.ifelse([a > 5, a > 0, True],
+    ...                    [lambda: 2.0, lambda: 1.0, lambda: 0.0],
+    ...                    check_cond=False)
+    >>> float(grade(7)), float(grade(3)), float(grade(-1))
+    (2.0, 1.0, 0.0)
+  """
+  branches = tuple(branches)
+  if not branches or not all(callable(b) for b in branches):
+    raise TypeError("bs.ifelse: branches must be a non-empty sequence of "
+                    f"callables; got {branches!r}.")
+  conds = [jax.numpy.asarray(c) for c in conditions]
+  if len(conds) != len(branches):
+    raise ValueError(f"bs.ifelse: {len(conds)} conditions for "
+                     f"{len(branches)} branches; give one per branch.")
+  bad = [i for i, c in enumerate(conds) if c.shape != ()]
+  if bad:
+    raise ValueError(f"bs.ifelse: condition {bad[0]} has shape "
+                     f"{conds[bad[0]].shape}; each must be a scalar.")
+  pred = jax.numpy.stack([c.astype(bool) for c in conds])
+  if check_cond and not compat.is_traced(pred):
+    n_true = int(pred.sum())
+    if n_true != 1:
+      raise ValueError(
+          f"bs.ifelse: {n_true} of {len(conds)} conditions are true, but "
+          "with check_cond=True exactly one must be; pass check_cond=False "
+          "for first-true-wins.")
+  index = jax.numpy.where(pred.any(), jax.numpy.argmax(pred), len(conds) - 1)
+  return switch(index, branches, *operands)

@@ -19,11 +19,12 @@ from brainshard._core.discovery import Discovery
 from brainshard._core.frames import gather_values, write_results
 from brainshard._core.state import State
 from brainshard._simulation.progress import ProgressBar, as_progress_bar
+from brainshard._transforms.cond import cond
 from brainshard._transforms.control import (
     avals_of, cast_varying, discover_body, eager_call, is_eager, join_vma,
     run_body, vma_tree)
 
-__all__ = ["for_loop", "scan", "while_loop"]
+__all__ = ["for_loop", "scan", "while_loop", "bounded_while_loop"]
 
 
 def _scan_length(xs: Any, length: int | None, name: str) -> int:
@@ -319,4 +320,54 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
   if is_eager():
     return eager_call(name, [cond_fun, body_fun], ("while_loop",), impl,
                       (init_val,))
+  return impl(cond_fun, body_fun)(init_val)
+
+
+@compat.api_boundary
+def bounded_while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any,
+                       *, max_steps: int, base: int = 16) -> Any:
+  """A :func:`while_loop` that stops after ``max_steps`` steps at most
+  (brainstate's ``bounded_while_loop``); reverse-mode differentiable.
+
+  It is a :func:`scan` of ``max_steps`` steps whose :func:`cond` skips the
+  body once ``cond_fun`` was false. ``base`` (brainstate's nesting of
+  scans, which only trades compile time) is accepted and not used.
+
+  Example:
+    >>> import brainshard as bs, jax.numpy as jnp
+    >>> t = bs.State(jnp.zeros(()), name='t')
+    >>> def body(n):
+    ...   t.value = t.value + 1.0
+    ...   return n + 1
+    >>> int(bs.bounded_while_loop(lambda n: n < 100, body, 0, max_steps=5))
+    5
+    >>> t.value
+    Array(5., dtype=float32)
+  """
+  if isinstance(max_steps, bool) or not isinstance(max_steps, int) \
+      or max_steps < 0:
+    raise ValueError("bs.bounded_while_loop: max_steps must be a "
+                     f"non-negative int, got {max_steps!r}.")
+  if isinstance(base, bool) or not isinstance(base, int) or base < 2:
+    raise ValueError(f"bs.bounded_while_loop: base must be an int >= 2, "
+                     f"got {base!r}.")
+  init_val = jax.tree.map(jnp.asarray, init_val)
+  if max_steps == 0:
+    return init_val
+  name = f"bs.bounded_while_loop({fun_name(body_fun)})"
+
+  def impl(cond_f, body_f):
+    def step(carry, _):
+      val, going = carry
+      going = jnp.logical_and(going, cond_f(val))
+      return (cond(going, body_f, lambda v: v, val), going), None
+
+    def run(init):
+      going = jnp.ones((), bool)
+      return scan(step, (init, going), length=max_steps)[0][0]
+    return run
+
+  if is_eager():
+    return eager_call(name, [cond_fun, body_fun],
+                      ("bounded_while_loop", max_steps), impl, (init_val,))
   return impl(cond_fun, body_fun)(init_val)

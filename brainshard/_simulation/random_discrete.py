@@ -1,0 +1,330 @@
+"""Discrete, combinatorial and NumPy-convenience draws of :mod:`brainshard.random`.
+
+All go through :func:`random_samplers.draw` (the one draw path). Integer
+results default to ``int32`` (as :func:`~brainshard.random.randint` and
+:func:`~brainshard.random.poisson`), where ``jax.random`` returns floats.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from brainshard._simulation.random import Size, _float_dtype, _shape, randint
+from brainshard._simulation import random_counts as counts
+from brainshard._simulation.random_samplers import _loc_scale, draw
+
+__all__ = [
+    "rand", "randn", "random", "random_sample", "choice", "permutation",
+    "shuffle", "binomial", "multinomial", "categorical", "geometric",
+    "negative_binomial", "hypergeometric", "rand_like", "randn_like",
+    "randint_like",
+]
+
+
+def _int(dtype):
+  return jnp.int32 if dtype is None else dtype
+
+
+# ----------------------------------------------------------------------------
+# Raw samplers
+
+
+def _uniform01(key, *, shape, dtype):
+  return jax.random.uniform(key, shape, dtype)
+
+
+def _permutation(key, x, *, shape, dtype, axis, independent):
+  return jax.random.permutation(key, x, axis, independent)
+
+
+def _binomial(key, n, p, *, shape, dtype):
+  if counts.varying(key):  # a per-shard key: see random_counts
+    return counts.binomial(key, n, p, shape, dtype)
+  return jax.random.binomial(key, n, p, shape).astype(dtype)
+
+
+def _multinomial(key, n, p, *, shape, dtype):
+  if counts.varying(key):
+    return counts.multinomial(key, n, p, shape, dtype)
+  return jax.random.multinomial(key, n, p, shape=shape).astype(dtype)
+
+
+def _categorical(key, logits, *, shape, dtype, axis):
+  return jax.random.categorical(key, logits, axis, shape).astype(dtype)
+
+
+def _geometric(key, p, *, shape, dtype):
+  return jax.random.geometric(key, p, shape, dtype)
+
+
+def _negative_binomial(key, n, p, *, shape, dtype):
+  # Exact gamma-Poisson mixture: failures before the n-th success.
+  k1, k2 = jax.random.split(key)
+  lam = jax.random.gamma(k1, n, shape) * (1 - p) / p
+  return _poisson(k2, lam, shape=shape, dtype=dtype)
+
+
+def _poisson(key, lam, *, shape, dtype):
+  if counts.varying(key):
+    return counts.poisson(key, lam, shape, dtype)
+  return jax.random.poisson(key, lam, shape, dtype)
+
+
+def _hypergeometric(key, ngood, nbad, nsample, *, shape, dtype):
+  return counts.hypergeometric(key, ngood, nbad, nsample, shape, dtype)
+
+
+# ----------------------------------------------------------------------------
+# NumPy conveniences
+
+
+def random_sample(size: Size = None, key: Any = None, dtype: Any = None):
+  """Uniform samples in ``[0, 1)`` (``numpy.random.random_sample``).
+
+  Example:
+    >>> import brainshard as bs
+    >>> bs.random.random_sample((2, 2)).shape
+    (2, 2)
+  """
+  return draw("random_sample", key, _uniform01, (), _shape(size),
+              _float_dtype(dtype))
+
+
+def random(size: Size = None, key: Any = None, dtype: Any = None):
+  """Uniform samples in ``[0, 1)`` (``numpy.random.random``).
+
+  Example:
+    >>> import brainshard as bs
+    >>> bs.random.random().shape
+    ()
+  """
+  return draw("random", key, _uniform01, (), _shape(size), _float_dtype(dtype))
+
+
+def rand(*dn: int, key: Any = None, dtype: Any = None):
+  """Uniform samples in ``[0, 1)`` of shape ``dn`` (``numpy.random.rand``).
+
+  Example:
+    >>> import brainshard as bs
+    >>> bs.random.rand(2, 3).shape
+    (2, 3)
+  """
+  return draw("rand", key, _uniform01, (), _shape(dn), _float_dtype(dtype))
+
+
+def randn(*dn: int, key: Any = None, dtype: Any = None):
+  """Standard normal samples of shape ``dn`` (``numpy.random.randn``).
+
+  Example:
+    >>> import brainshard as bs
+    >>> bs.random.randn(4).shape
+    (4,)
+  """
+  return draw("randn", key, _loc_scale, (0.0, 1.0), _shape(dn),
+              _float_dtype(dtype), std=jax.random.normal)
+
+
+def rand_like(input, *, dtype: Any = None, key: Any = None):
+  """Uniform ``[0, 1)`` samples with ``input``'s shape (and float dtype).
+
+  Example:
+    >>> import brainshard as bs, jax.numpy as jnp
+    >>> bs.random.rand_like(jnp.zeros((2, 3))).shape
+    (2, 3)
+  """
+  return draw("rand_like", key, _uniform01, (), np.shape(input),
+              _float_dtype(dtype, input))
+
+
+def randn_like(input, *, dtype: Any = None, key: Any = None):
+  """Standard normal samples with ``input``'s shape (and float dtype).
+
+  Example:
+    >>> import brainshard as bs, jax.numpy as jnp
+    >>> bs.random.randn_like(jnp.zeros(3)).shape
+    (3,)
+  """
+  return draw("randn_like", key, _loc_scale, (0.0, 1.0), np.shape(input),
+              _float_dtype(dtype, input), std=jax.random.normal)
+
+
+def randint_like(input, low=0, high=None, *, dtype: Any = None, key: Any = None):
+  """Integers in ``[low, high)`` (``[0, low)`` without ``high``) shaped like ``input``.
+
+  Example:
+    >>> import brainshard as bs, jax.numpy as jnp
+    >>> bs.random.randint_like(jnp.zeros((2,)), 5).shape
+    (2,)
+  """
+  if dtype is None:
+    dt = jnp.result_type(input)
+    dtype = dt if jnp.issubdtype(dt, jnp.integer) else jnp.int32
+  return randint(low, high, np.shape(input), key=key, dtype=dtype)
+
+
+def choice(a, size: Size = None, replace: bool = True, p=None, key: Any = None,
+           axis: int = 0):
+  """Samples from ``a`` (an array, or ``arange(a)`` for an int), as numpy's.
+
+  Example:
+    >>> import brainshard as bs, jax.numpy as jnp
+    >>> x = bs.random.choice(10, size=5, replace=False)
+    >>> x.shape, len(set(x.tolist()))
+    ((5,), 5)
+  """
+  if isinstance(a, (int, np.integer)):  # static: jax.random.choice needs it
+    return draw("choice", key, _choice_int, (p,), _shape(size), None,
+                replace=replace, axis=axis, a=int(a))
+  return draw("choice", key, _choice_array, (a, p), _shape(size), None,
+              replace=replace, axis=axis)
+
+
+def _choice_array(key, a, p, *, shape, dtype, replace, axis):
+  return jax.random.choice(key, a, shape, replace, p, axis)
+
+
+def _choice_int(key, p, *, shape, dtype, replace, axis, a):
+  return jax.random.choice(key, a, shape, replace, p, axis)
+
+
+def permutation(x, axis: int = 0, independent: bool = False, key: Any = None):
+  """A permuted copy of ``x`` (or of ``arange(x)`` for an int).
+
+  Example:
+    >>> import brainshard as bs
+    >>> sorted(bs.random.permutation(5).tolist())
+    [0, 1, 2, 3, 4]
+  """
+  if isinstance(x, (int, np.integer)):
+    x = np.arange(int(x))
+  return draw("permutation", key, _permutation, (x,), (), None, axis=axis,
+              independent=independent)
+
+
+def shuffle(x, axis: int = 0, key: Any = None):
+  """``x`` shuffled along ``axis``, returned (JAX arrays cannot be shuffled
+  in place as ``numpy.random.shuffle`` does).
+
+  Example:
+    >>> import brainshard as bs, jax.numpy as jnp
+    >>> sorted(bs.random.shuffle(jnp.arange(4)).tolist())
+    [0, 1, 2, 3]
+  """
+  return permutation(x, axis=axis, key=key)
+
+
+# ----------------------------------------------------------------------------
+# Discrete distributions
+
+
+def binomial(n, p, size: Size = None, key: Any = None, dtype: Any = None):
+  """Successes in ``n`` trials of probability ``p``.
+
+  Example:
+    >>> import brainshard as bs
+    >>> bs.random.binomial(10, 0.5, size=3).dtype
+    dtype('int32')
+  """
+  return draw("binomial", key, _binomial, (n, p), _shape(size, n, p), _int(dtype))
+
+
+def multinomial(n, pvals, size: Size = None, key: Any = None, dtype: Any = None):
+  """Counts of shape ``size + (k,)`` over ``k`` outcomes summing to ``n``.
+
+  Example:
+    >>> import brainshard as bs, jax.numpy as jnp
+    >>> x = bs.random.multinomial(10, jnp.array([0.2, 0.8]), size=3)
+    >>> x.shape, x.sum(-1).tolist()
+    ((3, 2), [10, 10, 10])
+  """
+  k = np.shape(pvals)[-1]
+  batch = (np.broadcast_shapes(np.shape(n), np.shape(pvals)[:-1])
+           if size is None else _shape(size))
+  return draw("multinomial", key, _multinomial, (n, pvals), batch + (k,),
+              _int(dtype))
+
+
+def categorical(logits, axis: int = -1, size: Size = None, key: Any = None):
+  """Indices drawn with probabilities ``softmax(logits)`` along ``axis``.
+
+  Example:
+    >>> import brainshard as bs, jax.numpy as jnp
+    >>> bs.random.categorical(jnp.zeros((4, 3))).shape
+    (4,)
+  """
+  if size is None:
+    shape = list(np.shape(logits))
+    shape.pop(axis)
+  else:
+    shape = _shape(size)
+  return draw("categorical", key, _categorical, (logits,), tuple(shape),
+              jnp.int32, axis=axis)
+
+
+def geometric(p, size: Size = None, key: Any = None, dtype: Any = None):
+  """Trials up to and including the first success (support 1, 2, ...).
+
+  Example:
+    >>> import brainshard as bs
+    >>> bool(bs.random.geometric(0.5, size=5).min() >= 1)
+    True
+  """
+  return draw("geometric", key, _geometric, (p,), _shape(size, p), _int(dtype))
+
+
+def negative_binomial(n, p, size: Size = None, key: Any = None, dtype: Any = None):
+  """Failures before the ``n``-th success (numpy's convention), drawn
+  exactly as a gamma-Poisson mixture.
+
+  Example:
+    >>> import brainshard as bs
+    >>> bs.random.negative_binomial(3, 0.5, size=2).shape
+    (2,)
+  """
+  return draw("negative_binomial", key, _negative_binomial, (n, p),
+              _shape(size, n, p), _int(dtype))
+
+
+def hypergeometric(ngood, nbad, nsample, size: Size = None, key: Any = None,
+                   dtype: Any = None):
+  """Good items among ``nsample`` drawn without replacement from ``ngood``
+  good and ``nbad`` bad ones (exact; the draw loops ``max(nsample)`` steps).
+
+  Example:
+    >>> import brainshard as bs
+    >>> x = bs.random.hypergeometric(5, 5, 3, size=4)
+    >>> bool((x >= 0).all() and (x <= 3).all())
+    True
+  """
+  return draw("hypergeometric", key, _hypergeometric, (ngood, nbad, nsample),
+              _shape(size, ngood, nbad, nsample), _int(dtype))
+
+
+# ----------------------------------------------------------------------------
+# RandomState methods: every module-level draw, drawing from that state
+
+
+def _method(fun):
+  def method(self, *args, **kwargs):
+    if "key" in kwargs:
+      raise TypeError(f"{self._label()}.{fun.__name__}: key= is the state itself.")
+    return fun(*args, key=self, **kwargs)
+  method.__name__ = method.__qualname__ = fun.__name__
+  method.__doc__ = f"``bs.random.{fun.__name__}`` drawing from this state."
+  return method
+
+
+def _bind_methods() -> None:
+  from brainshard._simulation import random_samplers
+  from brainshard._simulation.random import RandomState
+  for module in (random_samplers, __import__(__name__, fromlist=["_"])):
+    for name in module.__all__:
+      if name != "draw" and not hasattr(RandomState, name):
+        setattr(RandomState, name, _method(getattr(module, name)))
+
+
+_bind_methods()
