@@ -21,9 +21,6 @@ sys.path.insert(0, str(ROOT / "examples"))
 import ei_brainshard  # noqa: E402
 
 STEPS = 1000
-# brainstate's spellings added by the other half of issue 15; checked as
-# soon as they exist.
-PENDING = {"ifelse", "bounded_while_loop"}
 
 
 def _brainstate():
@@ -83,8 +80,6 @@ def test_every_name_the_guide_maps_to_exists():
   assert len(names) > 30
   missing = []
   for top, sub in sorted(names):
-    if top in PENDING and not hasattr(bs, top):
-      continue
     if not hasattr(bs, top) or (sub and not hasattr(getattr(bs, top), sub)):
       missing.append(f"bs.{top}" + (f".{sub}" if sub else ""))
   assert not missing, missing
