@@ -496,3 +496,23 @@ def test_random_draws_in_a_loop_inside_members_match_hand_written():
   rng.seed(0)
   V.value = jnp.zeros((4, 2))
   close(bs.vmap(bs.jit(run), state_in_axes={V: 0})(), a)
+
+
+def test_random_draw_in_shard_map_inside_vmap_says_where_to_put_vmap():
+  # JAX cannot combine the member index of a vmap around a shard_map with
+  # the per-shard key (a bare AssertionError in jax.lax.pvary before).
+  mesh = cached_mesh((8,), ("x",))
+  rng = bs.RandomState(0)
+  v = bs.State(jnp.zeros((16, 4)))
+  key_before, v_before = rng.value, v.value
+
+  def body():
+    v.value = v.value + rng.normal(size=v.value.shape)
+    return v.value.sum()
+
+  step = bs.vmap(bs.shard_map(body, mesh=mesh, in_specs=(), out_specs=P(),
+                              state_in_specs={v: P("x")}),
+                 state_in_axes={v: 1})
+  with pytest.raises(NotImplementedError, match="Put bs.vmap inside"):
+    step()
+  assert rng.value is key_before and v.value is v_before
