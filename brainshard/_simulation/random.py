@@ -74,21 +74,20 @@ def _shard_index() -> Any:
   """
   axes = manual_axes()
   index = jax.lax.axis_index(tuple(a for a, _ in axes)) if axes else None
-  inside_shard_map = False
   for frame in frame_stack():
-    inside_shard_map = inside_shard_map or bool(
-        getattr(frame, "manual_axes", ()))
     for name, size in getattr(frame, "vmap_axes", ()):
-      if axes and not inside_shard_map:
-        raise NotImplementedError(_VMAP_AROUND_SHARD_MAP)
       member = jax.lax.axis_index(name)
+      if axes and name in compat.varying_axes(jax.typeof(member)):
+        raise NotImplementedError(_VMAP_AROUND_SHARD_MAP)
       index = member if index is None else index * size + member
   return index
 
 
-# A bs.vmap member index read inside a shard_map body that the vmap encloses
-# carries the vmap's axis in its type, which JAX cannot cast to a mesh axis
-# (an AssertionError inside jax.lax.pvary).
+# Where a shard_map body is first traced inside a bs.vmap around it, the
+# member index is typed as varying over the vmap's axis, which JAX cannot
+# cast to a mesh axis (an AssertionError inside jax.lax.pvary). A
+# shard_map already called outside (its body replayed under the vmap's own
+# batching) does not meet this.
 _VMAP_AROUND_SHARD_MAP = (
     "a random draw from a RandomState inside bs.shard_map inside bs.vmap: "
     "the per-member key cannot be combined with the per-shard key there. "
