@@ -24,6 +24,7 @@ from brainshard import random
 from brainshard._core.axes import axis_rules, current_axis_rules
 from brainshard._scaleout.place import ShardedInit, place, resolve_spec, sharded_init
 from brainshard._scaleout.describe import StateInfo, StateTable, describe, visualize
+from brainshard._scaleout.task import Task, check_disjoint, split_mesh, task
 from brainshard._scaleout.multihost import gather, init_distributed
 from brainshard._scaleout.checkpoint import restore_states, save_states
 from brainshard._simulation.chunked import Chunk, ChunkedLoop
@@ -55,6 +56,8 @@ __all__ = [
     "sharded_init", "ShardedInit", "describe", "visualize", "StateInfo",
     "StateTable", "gather", "init_distributed", "save_states",
     "restore_states",
+    # sub-mesh tasks (MPMD)
+    "task", "Task", "split_mesh", "check_disjoint",
     # long runs: chunks, monitors, records
     "ChunkedLoop", "Chunk", "Runner", "SpikeMonitor", "RateMonitor",
     "StateMonitor", "Result", "SpikeData", "RateData", "TraceData",

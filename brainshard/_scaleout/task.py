@@ -1,0 +1,232 @@
+"""Stateful programs on sub-meshes (MPMD): ``bs.task`` and ``bs.split_mesh``.
+
+JAX has no MPMD API; its documented way is one mesh per group of devices
+(``jax.make_mesh(..., devices=subset)``), one compiled program per mesh,
+``jax.device_put`` between meshes and asynchronous dispatch, so programs on
+disjoint devices run at the same time. A :class:`Task` is that, for a
+stateful step: ``bs.jit(bs.shard_map(fun, mesh=submesh, ...))`` whose States
+are checked to live on ``submesh`` and whose arguments coming from another
+mesh are moved there (device to device) when the task consumes them. Nothing
+in a call waits for the devices or goes through the host, so a Python loop
+calling two tasks on disjoint meshes keeps both busy.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from brainshard._core.args import fun_name
+from brainshard._core.compat import Tracer
+from brainshard._core.state import State
+from brainshard._transforms.jit import jit
+from brainshard._transforms.shard_map import shard_map
+
+__all__ = ["Task", "task", "split_mesh", "check_disjoint"]
+
+
+def split_mesh(devices: Any = None, sizes: Sequence[int] = (),
+               axis_name: str = "x") -> tuple[Mesh, ...]:
+  """Disjoint 1-D meshes over consecutive groups of ``devices``.
+
+  Args:
+    devices: a list of devices or a Mesh (its devices, in order); None for
+      ``jax.devices()``.
+    sizes: devices per sub-mesh; their sum may not exceed the devices.
+    axis_name: the one mesh axis of every sub-mesh.
+
+  Example:
+    >>> import jax, brainshard as bs
+    >>> a, b = bs.split_mesh(jax.devices()[:2], (1, 1))
+    >>> a.devices.size, b.devices.size, set(a.devices.flat) & set(b.devices.flat)
+    (1, 1, set())
+  """
+  if devices is None:
+    devices = jax.devices()
+  elif isinstance(devices, Mesh):
+    devices = list(devices.devices.flat)
+  devices = list(devices)
+  if not sizes or any(int(n) < 1 for n in sizes) or sum(sizes) > len(devices):
+    raise ValueError(
+        f"bs.split_mesh: sizes {tuple(sizes)} must be positive and sum to at "
+        f"most the {len(devices)} devices given.")
+  meshes, start = [], 0
+  for n in sizes:
+    group = np.array(devices[start:start + n])
+    meshes.append(Mesh(group, (axis_name,)))
+    start += n
+  return tuple(meshes)
+
+
+def _device_ids(devices: Any) -> str:
+  ids = sorted(d.id for d in devices)
+  if ids == list(range(ids[0], ids[-1] + 1)) and len(ids) > 2:
+    return f"{ids[0]}-{ids[-1]}"
+  return ",".join(map(str, ids))
+
+
+def check_disjoint(*tasks_or_meshes: Any) -> None:
+  """Raises ``ValueError`` if two of the tasks' (or meshes') device sets
+  overlap: tasks meant to run at the same time must not share devices.
+
+  Example:
+    >>> import jax, brainshard as bs
+    >>> a, b = bs.split_mesh(jax.devices()[:2], (1, 1))
+    >>> bs.check_disjoint(a, b)
+    >>> bs.check_disjoint(a, a)
+    Traceback (most recent call last):
+    ...
+    ValueError: bs.check_disjoint: mesh 0 and mesh 1 share devices 0.
+  """
+  sets = []
+  for i, t in enumerate(tasks_or_meshes):
+    mesh = t.mesh if isinstance(t, Task) else t
+    name = t.name if isinstance(t, Task) else f"mesh {i}"
+    sets.append((name, frozenset(mesh.devices.flat)))
+  for i, (name_a, a) in enumerate(sets):
+    for name_b, b in sets[i + 1:]:
+      if a & b:
+        raise ValueError(f"bs.check_disjoint: {name_a} and {name_b} share "
+                         f"devices {_device_ids(a & b)}.")
+
+
+class Task:
+  """A stateful step bound to a sub-mesh; see :func:`task`."""
+
+  def __init__(self, fun: Callable, mesh: Mesh, *, in_specs: Any, out_specs,
+               state_in_specs, state_out_specs, move_states: bool,
+               check_vma: bool, donate_states, static_argnums, name):
+    if not isinstance(mesh, Mesh):
+      raise TypeError(f"bs.task: mesh must be a jax.sharding.Mesh, got "
+                      f"{type(mesh).__name__}.")
+    self.mesh = mesh
+    self.devices = frozenset(mesh.devices.flat)
+    self.name = name or f"bs.task({fun_name(fun)})"
+    self.move_states = move_states
+    self._in_specs = in_specs
+    self._sm = shard_map(fun, mesh=mesh, in_specs=in_specs,
+                         out_specs=out_specs, state_in_specs=state_in_specs,
+                         state_out_specs=state_out_specs, check_vma=check_vma,
+                         static_argnums=static_argnums)
+    self._jit = jit(self._sm, donate_states=donate_states,
+                    static_argnums=static_argnums)
+
+  def __repr__(self) -> str:
+    return f"<{self.name} on devices {_device_ids(self.devices)}>"
+
+  def __call__(self, *args, **kwargs):
+    args = tuple(self._move_arg(a, i) for i, a in enumerate(args))
+    self._check_states(self.states(*args, **kwargs))
+    return self._jit(*args, **kwargs)
+
+  def states(self, *args, **kwargs) -> tuple[State, ...]:
+    """The States a call with these arguments reads (traced once, abstractly,
+    and cached: the call itself reuses the trace)."""
+    program = self._jit._core.program
+    if program is not None:
+      return program.reads
+    return tuple(self._jit.stateful.discover(*args, **kwargs).read_states)
+
+  # -- arguments from other meshes ------------------------------------------
+
+  def _spec_of_arg(self, i: int) -> Any:
+    specs = self._in_specs
+    if isinstance(specs, P):
+      return specs
+    if isinstance(specs, (tuple, list)) and i < len(specs) and isinstance(
+        specs[i], P):
+      return specs[i]
+    return P()  # a pytree spec: replicate here, the shard_map reshards
+
+  def _move_arg(self, arg: Any, i: int) -> Any:
+    target = None
+
+    def move(x):
+      nonlocal target
+      if not self._elsewhere(x):
+        return x
+      if target is None:
+        target = NamedSharding(self.mesh, self._spec_of_arg(i))
+      return jax.device_put(x, target)  # device to device, asynchronous
+    return jax.tree.map(move, arg)
+
+  def _elsewhere(self, x: Any) -> bool:
+    """A committed array on devices outside this task's mesh."""
+    return (isinstance(x, jax.Array) and not isinstance(x, Tracer)
+            and x.committed and not x.sharding.device_set <= self.devices)
+
+  # -- States ----------------------------------------------------------------
+
+  def _check_states(self, states: Sequence[State]) -> None:
+    for s in states:
+      leaves = jax.tree.leaves(s._value)
+      if not any(self._elsewhere(x) for x in leaves):
+        continue
+      if not self.move_states:
+        where = _device_ids(set().union(*(
+            x.sharding.device_set for x in leaves if isinstance(x, jax.Array))))
+        raise ValueError(
+            f"{self.name}: {s._label()} lives on devices {where}, outside "
+            f"this task's mesh (devices {_device_ids(self.devices)}). Place "
+            "it on the task's mesh (bs.place(state, mesh) or "
+            "bs.sharded_init(..., mesh=mesh)), or pass move_states=True to "
+            "move it there (device to device) when the task reads it.")
+    if self.move_states:
+      replicated = NamedSharding(self.mesh, P())
+      for s in states:
+        if any(self._elsewhere(x) for x in jax.tree.leaves(s._value)):
+          s.value = jax.device_put(s._value, replicated)
+
+
+def task(fun: Callable | None = None, *, mesh: Mesh, in_specs: Any = P(),
+         out_specs: Any = P(), state_in_specs: Any = None,
+         state_out_specs: Any = None, move_states: bool = False,
+         check_vma: bool = True, donate_states: bool | str = "auto",
+         static_argnums: int | Sequence[int] = (), name: str | None = None):
+  """A stateful step bound to a sub-mesh: one program of an MPMD model.
+
+  ``bs.task(fun, mesh=submesh, ...)`` is ``bs.jit(bs.shard_map(fun,
+  mesh=submesh, ...))`` (same arguments) with the checks and movement that
+  running several such programs on disjoint devices needs:
+
+  - every State the step reads must live on ``submesh`` (create it there with
+    ``bs.sharded_init(..., mesh=submesh)`` or ``bs.place``); one on other
+    devices is an error naming it and both device sets, raised before
+    anything runs, unless ``move_states=True`` (then it is moved here);
+  - an argument produced on another mesh (another task's output) is moved
+    to this mesh with ``jax.device_put`` (device to device) when consumed;
+    outputs stay where they were produced;
+  - a call never waits for the devices: a Python loop calling tasks on
+    disjoint meshes dispatches them all and the devices run them at once.
+
+  Example:
+    >>> import jax, jax.numpy as jnp, brainshard as bs
+    >>> from jax.sharding import PartitionSpec as P
+    >>> a, b = bs.split_mesh(jax.devices()[:2], (1, 1))
+    >>> va = bs.sharded_init(lambda: bs.State(jnp.zeros(4), 'va'), mesh=a)()
+    >>> vb = bs.sharded_init(lambda: bs.State(jnp.ones(4), 'vb'), mesh=b)()
+    >>> @bs.task(mesh=a, out_specs=P())
+    ... def area_a(drive):
+    ...   va.value = va.value + drive
+    ...   return va.value
+    >>> @bs.task(mesh=b, out_specs=P())
+    ... def area_b(drive):
+    ...   vb.value = vb.value * drive
+    ...   return vb.value
+    >>> out_b = vb.value
+    >>> for _ in range(3):
+    ...   out_a = area_a(out_b)   # moved from b's devices to a's
+    ...   out_b = area_b(out_a)
+    >>> va.value, vb.value
+    (Array([4., 4., 4., 4.], dtype=float32), Array([8., 8., 8., 8.], dtype=float32))
+  """
+  def wrap(f):
+    return Task(f, mesh, in_specs=in_specs, out_specs=out_specs,
+                state_in_specs=state_in_specs, state_out_specs=state_out_specs,
+                move_states=move_states, check_vma=check_vma,
+                donate_states=donate_states, static_argnums=static_argnums,
+                name=name)
+  return wrap if fun is None else wrap(fun)
