@@ -16,6 +16,9 @@ Example (the Brian2 network, built and run 1 ms):
 from __future__ import annotations
 
 import argparse
+import os
+import pathlib
+import platform
 import shutil
 import time
 
@@ -123,8 +126,20 @@ def main(argv=None) -> list[dict]:
   for model in args.models.split(","):
     rows += compare(model, args.neurons, args.duration * 1e3,
                     seeds=range(args.seeds))
-  print(table(rows))
+  text = (f"Measured by `python -m benchmarks.bench_brian2` on "
+          f"{platform.node()} ({os.cpu_count()} CPU cores), one CPU device, "
+          f"Brian2 {brian2_version()} ({brian2_target()} target).\n\n"
+          + table(rows) + "\n")
+  out = pathlib.Path(__file__).resolve().parent / "results" / "brian2.md"
+  out.parent.mkdir(exist_ok=True)
+  out.write_text(text)
+  print(text)
   return rows
+
+
+def brian2_version() -> str:
+  import brian2
+  return brian2.__version__
 
 
 def table(rows: list[dict]) -> str:

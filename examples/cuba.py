@@ -2,8 +2,7 @@
 
 The network of Vogels & Abbott (2005) as specified for Benchmarks 1 and 2 of
 the simulator review of Brette et al. (2007): 4000 leaky integrate-and-fire
-neurons, 3200 excitatory and 800 inhibitory, each pair connected with
-probability 2%, 5 ms refractory period, dt = 0.1 ms, no external input (the
+neurons (by default), 80% excitatory, each receiving 80 inputs (2%), 5 ms refractory period, dt = 0.1 ms, no external input (the
 activity is self-sustained from random initial potentials).
 
 - CUBA (Benchmark 2): current-based exponential synapses,
@@ -31,17 +30,22 @@ network is chaotic), so :data:`RATE_RANGE` accepts 3-10 Hz for CUBA and
 10-35 Hz for COBA around those references.
 
 How it is sharded: the neuron state is split over the mesh axis ``'x'``
-(``P('x')``); each shard holds its rows of the connectivity, stored per
-presynaptic neuron as the padded list of its targets on that shard (about
-80 / n_shards entries); every step the shards ``all_gather`` the spikes and,
-visiting only the neurons that fired, count for each local neuron how many
-of its excitatory and inhibitory inputs fired. Connectivity and initial
-conditions are drawn globally from the seed, independent of the mesh, and
-the input counts are summed as integers, so the same seed gives
-bit-identical spikes on 1 and 8 devices.
+(``P('x')``). Connectivity has a fixed in-degree (``--in-degree K``, 80 =
+2% of the original 4000; weights scale with 80 / K so the rate stays in range
+at any ``--neurons N``), drawn from a hash of (seed, neuron, slot) in
+``ei_kernels.py``: either stored per shard as a push index built in place by
+``bs.sharded_init`` (delivery visits only the neurons that fired) or
+regenerated every step (``--connectivity onthefly``, nothing in memory).
+Spikes are all-gathered every step, or every ``--delay D`` steps (the
+min-delay rule: ``--exchange delay``). Initial conditions and connectivity
+are global functions of the seed and inputs are counted as integers, so the
+same seed gives bit-identical spikes on any number of devices and with
+either connectivity or exchange. See docs/scale.md.
 
 Usage:
   python examples/cuba.py --devices 8 --duration 1.0 --plot raster.png
+  python examples/cuba.py --neurons 400000 --connectivity onthefly
+  python examples/cuba.py --devices 8 --delay 10
   python examples/cuba.py --model coba --devices 4
 """
 

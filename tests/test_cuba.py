@@ -137,6 +137,14 @@ def test_runner_records_the_same_spikes_as_one_loop(cuba_one_second):
   assert res.v.values.shape == (1000, 4)
 
 
+def test_cli_runs_a_bigger_network_with_min_delay_exchange(capsys):
+  result = cuba.main(["--devices", "2", "--neurons", "800", "--delay", "5",
+                      "--duration", "0.02"])
+  assert result["exchange"] == "delay" and result["neurons"] == 800
+  assert result["spikes"] > 0 and result["duration_s"] == pytest.approx(0.02)
+  assert "exchange every 5 step(s)" in capsys.readouterr().out
+
+
 def test_cli_rejects_a_device_count_that_does_not_divide_the_network():
   with pytest.raises(SystemExit) as err:
     cuba.main(["--devices", "3"])
