@@ -88,11 +88,23 @@ def deliver_events(fired, indptr, indices, *, n_local, n_exc, max_degree,
   sizes = [s for s in sizes if s < n] + [n]
 
   def visit(size):
-    return lambda: deliver(jnp.nonzero(fired, size=size, fill_value=n)[0])
+    return lambda: deliver(_first_fired(fired, size))
 
   branch = sum((total > s).astype(jnp.int32) for s in sizes[:-1])
   counts = jax.lax.switch(branch, [visit(s) for s in sizes])
   return counts[:n_local], counts[n_local:2 * n_local]
+
+
+def _first_fired(fired, size):
+  """``size`` ids that include every neuron that fired (when at most
+  ``size`` did), ``n`` for none. For small sizes ``lax.top_k`` is about 2x
+  faster than ``jnp.nonzero`` on a CPU (no cumulative sum over all n); the
+  order does not matter, the counts are integers."""
+  n = fired.shape[0]
+  if size <= 1024 and size < n:
+    val, idx = jax.lax.top_k(fired.astype(jnp.float32), size)
+    return jnp.where(val > 0, idx, n)
+  return jnp.nonzero(fired, size=size, fill_value=n)[0]
 
 
 def deliver_pull(fired, rows, *, n, n_exc, k, seed):
