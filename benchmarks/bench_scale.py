@@ -121,8 +121,9 @@ def machine() -> str:
           f"{dev.platform} ({dev.device_kind}), jax {jax.__version__}")
 
 
-def markdown(rows: list[dict], ex: list[dict], quick: bool) -> str:
-  out = [f"Measured by `python -m benchmarks --scale{' --quick' if quick else ''}`"
+def markdown(rows: list[dict], ex: list[dict], quick: bool,
+             flag: str = "--scale") -> str:
+  out = [f"Measured by `python -m benchmarks {flag}{' --quick' if quick else ''}`"
          f" on {machine()}.", "",
          "| N | brainshard s/sim-s | pure JAX s/sim-s | ratio | brainshard peak MiB"
          " | pure peak MiB | rate Hz | ISI CV | active |",
@@ -188,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
   ex = [] if args.gpu else exchange_rows(args.quick)
   RESULTS.mkdir(exist_ok=True)
   name = "scale_gpu" if args.gpu else ("scale_quick" if args.quick else "scale")
-  text = markdown(rows, ex, args.quick)
+  text = markdown(rows, ex, args.quick, "--gpu" if args.gpu else "--scale")
   (RESULTS / f"{name}.md").write_text(text)
   (RESULTS / f"{name}.json").write_text(json.dumps(rows + ex, indent=1))
   try:
