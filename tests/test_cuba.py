@@ -16,17 +16,65 @@ def _mesh(n):
   return jax.make_mesh((n,), ("x",), devices=jax.devices()[:n])
 
 
-def test_local_targets_cover_the_connectivity_on_any_mesh():
-  params = cuba.Params(n=64, n_exc=48, p_connect=0.2)
-  conn = cuba.connectivity(params, seed=1)
+def test_stored_index_holds_the_fixed_in_degree_table_on_any_mesh():
+  """Every neuron has exactly k partners (0.8 k excitatory), and each
+  shard's push index lists exactly the hash table's synapses."""
+  import ei_kernels as ek
+  n, k = 64, 10
+  table = np.asarray(ek.presynaptic(jax.numpy.arange(n), k, n=n, n_exc=51,
+                                    k=k, seed=1))
+  assert (table[:, :8] < 51).all() and (table[:, 8:] >= 51).all()
   for shards in (1, 4):
-    table = cuba.local_targets(conn, shards).reshape(shards, 64, -1)
-    n_local = 64 // shards
-    rebuilt = np.zeros_like(conn)
+    net = cuba.EINetwork(_mesh(shards), "cuba", seed=1, n=n, k=k)
+    indptr = np.asarray(net.indptr.value).reshape(shards, n + 1)
+    indices = np.asarray(net.indices.value).reshape(shards, -1)
+    n_local = n // shards
+    rebuilt = np.zeros((n, n), int)  # [post, pre] synapse counts
     for s in range(shards):
-      pre, slot = np.nonzero(table[s] < n_local)
-      rebuilt[s * n_local + table[s][pre, slot], pre] = True
-    np.testing.assert_array_equal(rebuilt, conn)
+      for j in range(n):
+        for post in indices[s, indptr[s, j]:indptr[s, j + 1]]:
+          rebuilt[s * n_local + post, j] += 1
+    expect = np.zeros((n, n), int)
+    np.add.at(expect, (np.repeat(np.arange(n), k), table.ravel()), 1)
+    np.testing.assert_array_equal(rebuilt, expect)
+
+
+def test_refractory_gap_is_brian2s_five_ms():
+  """Brian2's convention: after the spike step v is held ref_steps - 1
+  steps, so the shortest inter-spike gap is exactly t_ref = 5.0 ms."""
+  net = cuba.EINetwork(_mesh(1), "cuba", seed=0, n=400, k=80)
+  net.v.value = net.v.value * 0 + 100.0  # far above threshold
+  net.ge.value = net.ge.value * 0 + 1e6  # keeps v above threshold
+  spikes = net.run(20.0)
+  assert (spikes.sum(0) == 4).all()  # at steps 0, 50, 100, 150
+  steps = np.nonzero(spikes[:, 0])[0]
+  np.testing.assert_array_equal(np.diff(steps), [50, 50, 50])
+  assert net.params.ref_steps * net.params.dt == pytest.approx(5.0)
+
+
+@pytest.mark.slow
+def test_onthefly_and_delay_exchange_spike_like_stored_every_step():
+  """Connectivity regenerated every step gives the stored network's spikes;
+  with delay D, exchanging every D steps on 8 devices gives the spikes of
+  exchanging every step on 1 device."""
+  stored = cuba.EINetwork(_mesh(1), "cuba", seed=2, n=800).run(40.0)
+  fly = cuba.EINetwork(_mesh(8), "cuba", seed=2, n=800,
+                       connectivity="onthefly").run(40.0)
+  assert stored.sum() > 20
+  np.testing.assert_array_equal(fly, stored)
+  step = cuba.EINetwork(_mesh(1), "cuba", seed=2, n=800, delay=4).run(40.0)
+  block = cuba.EINetwork(_mesh(8), "cuba", seed=2, n=800, delay=4,
+                         exchange="delay").run(40.0)
+  assert step.sum() > 20 and not np.array_equal(step, stored)
+  np.testing.assert_array_equal(block, step)
+
+
+@pytest.mark.slow
+def test_rate_stays_in_range_at_forty_thousand_neurons():
+  net = cuba.EINetwork(_mesh(1), "cuba", seed=0, n=40_000)
+  rate = cuba.mean_rate(net.run(500.0), net.params.dt)
+  low, high = cuba.RATE_RANGE["cuba"]
+  assert low <= rate <= high, rate
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +135,14 @@ def test_runner_records_the_same_spikes_as_one_loop(cuba_one_second):
   np.testing.assert_array_equal(res.spikes.neurons, neurons)
   np.testing.assert_array_equal(res.rate.counts, one[:1000].sum(1))
   assert res.v.values.shape == (1000, 4)
+
+
+def test_cli_runs_a_bigger_network_with_min_delay_exchange(capsys):
+  result = cuba.main(["--devices", "2", "--neurons", "800", "--delay", "5",
+                      "--duration", "0.02"])
+  assert result["exchange"] == "delay" and result["neurons"] == 800
+  assert result["spikes"] > 0 and result["duration_s"] == pytest.approx(0.02)
+  assert "exchange every 5 step(s)" in capsys.readouterr().out
 
 
 def test_cli_rejects_a_device_count_that_does_not_divide_the_network():

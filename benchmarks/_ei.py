@@ -1,0 +1,131 @@
+"""The E/I network for the scale benchmarks: the brainshard example
+(examples/cuba.py) and a hand-written pure-JAX program with the same
+connectivity representation and algorithm (the same kernels), plus the
+spike statistics every implementation is compared on.
+
+Example:
+  >>> import numpy as np
+  >>> spikes = np.zeros((100, 3), bool); spikes[::10, 0] = True
+  >>> stats(spikes, 0.1)['active']
+  0.3333333333333333
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+import time
+
+import numpy as np
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+if str(EXAMPLES) not in sys.path:
+  sys.path.insert(0, str(EXAMPLES))
+
+
+def stats(spikes: np.ndarray, dt_ms: float) -> dict:
+  """Mean rate (Hz), mean ISI CV over neurons with >= 3 spikes, and the
+  fraction of neurons that fired, of a ``[steps, n]`` raster."""
+  spikes = np.asarray(spikes)
+  steps, n = spikes.shape
+  rate = spikes.sum() / (n * steps * dt_ms * 1e-3)
+  t, i = np.nonzero(spikes)
+  return dict(rate_hz=float(rate), isi_cv=isi_cv(i, t * dt_ms, n),
+              active=float((spikes.sum(0) > 0).mean()))
+
+
+def isi_cv(neuron: np.ndarray, t_ms: np.ndarray, n: int) -> float:
+  order = np.lexsort((t_ms, neuron))
+  neuron, t_ms = neuron[order], t_ms[order]
+  cvs = []
+  bounds = np.searchsorted(neuron, np.arange(n + 1))
+  for a, b in zip(bounds[:-1], bounds[1:]):
+    if b - a >= 3:
+      isi = np.diff(t_ms[a:b])
+      cvs.append(isi.std() / isi.mean())
+  return float(np.mean(cvs)) if cvs else float("nan")
+
+
+def brainshard_run(model: str, n: int, k: int = 80, devices: int = 1,
+                   connectivity: str = "stored", delay: int = 1,
+                   exchange: str = "step", seed: int = 0):
+  """Builds the example network; returns ``(build_s, run(ms) -> spikes)``."""
+  import jax
+  import cuba
+  mesh = jax.make_mesh((devices,), ("x",), devices=jax.devices()[:devices])
+  t0 = time.perf_counter()
+  net = cuba.EINetwork(mesh, model, seed=seed, n=n, k=k, delay=delay,
+                       connectivity=connectivity, exchange=exchange)
+  jax.block_until_ready(net.v.value)
+  return time.perf_counter() - t0, net.run
+
+
+def pure_run(model: str, n: int, k: int = 80, connectivity: str = "stored",
+             seed: int = 0, chunk: int = 1000):
+  """The same network as one ``jax.jit(lax.scan)`` per chunk of steps on
+  one device, with the example's kernels; returns
+  ``(build_s, run(ms) -> spikes)``."""
+  import jax
+  import jax.numpy as jnp
+  import cuba
+  import ei_kernels as ek
+  p = cuba.Params(model=model, n=n, k=k)
+  t0 = time.perf_counter()
+  if connectivity == "stored":
+    pre = jax.jit(lambda: ek.presynaptic(jnp.arange(n), k, n=n,
+                                         n_exc=p.n_exc, k=k, seed=seed))()
+    indptr, indices = jax.jit(ek.csr_from_table, static_argnums=1)(pre, n)
+    del pre
+    max_degree = int(jnp.diff(indptr).max())
+    count = lambda f: ek.deliver_events(  # noqa: E731
+        f, indptr, indices, n_local=n, n_exc=p.n_exc, max_degree=max_degree)
+  else:
+    rows = jnp.arange(n)
+    count = lambda f: ek.deliver_pull(f, rows, n=n, n_exc=p.n_exc, k=k,  # noqa: E731
+                                      seed=seed)
+  import brainshard as bs  # only for the same initial conditions
+  rng = bs.RandomState(seed)
+  if model == "cuba":
+    v0 = jnp.asarray(rng.uniform(p.v_reset, p.v_th, size=n), jnp.float32)
+    ge0, gi0 = jnp.zeros(n, jnp.float32), jnp.zeros(n, jnp.float32)
+  else:
+    v0 = jnp.asarray(rng.normal(-55.0, 5.0, size=n), jnp.float32)
+    ge0 = jnp.asarray(rng.normal(4.0, 1.5, size=n), jnp.float32)
+    gi0 = jnp.asarray(rng.normal(20.0, 12.0, size=n), jnp.float32)
+  carry = [(v0, ge0, gi0, jnp.zeros(n, jnp.int32),
+            jnp.zeros((2, n), jnp.int32))]
+
+  def one(c, _):
+    v, ge, gi, ref, inp = c
+    v, ge, gi, ref, spikes = cuba.neuron_update(p, v, ge, gi, ref, inp[0],
+                                                inp[1])
+    return (v, ge, gi, ref, jnp.stack(count(spikes))), spikes
+
+  programs = {}
+
+  def run(ms):
+    steps = int(round(ms / p.dt))
+    out = []
+    for length in [chunk] * (steps // chunk) + ([steps % chunk] if steps % chunk else []):
+      prog = programs.get(length)
+      if prog is None:
+        prog = programs[length] = jax.jit(
+            lambda c, L=length: jax.lax.scan(one, c, None, length=L),
+            donate_argnums=0)
+      carry[0], s = prog(carry[0])
+      out.append(s)
+    return np.concatenate([np.asarray(s) for s in out])
+
+  jax.block_until_ready(carry[0])
+  return time.perf_counter() - t0, run
+
+
+def time_run(run, duration_ms: float, warm_ms: float | None = None) -> dict:
+  """Compiles and warms up (``warm_ms``, default ``duration_ms``: the same
+  programs as the timed run), then times ``duration_ms``."""
+  warm_ms = duration_ms if warm_ms is None else warm_ms
+  run(warm_ms)
+  t0 = time.perf_counter()
+  spikes = run(duration_ms)
+  s = time.perf_counter() - t0
+  return dict(s_per_sim_s=s / (duration_ms * 1e-3), spikes=spikes)

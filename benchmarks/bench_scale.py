@@ -1,0 +1,204 @@
+"""The E/I example network at scale: seconds per simulated second and peak
+memory for N = 4k, 40k, 400k (and 4M on a GPU), brainshard beside a
+hand-written pure-JAX program with the same connectivity representation and
+algorithm; the 8-device spike exchange every step vs every ``D`` steps
+(min-delay rule); and, with ``--gpu``, every GPU row of issue 14.
+
+``python -m benchmarks --scale [--quick]`` writes
+``benchmarks/results/scale.md`` (a markdown table naming the machine, which
+docs/scale.md includes) and ``benchmarks/results/scale.png``.
+Each measurement runs in its own process, so peak memory is its own
+(ru_maxrss on CPU, the device's peak bytes in use on a GPU).
+
+Example (the child measurement, in-process, tiny):
+  >>> r = measure('pure', 'cuba', 400, 5.0)
+  >>> sorted(r)[:3], r['n']
+  (['active', 'build_s', 'impl'], 400)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import resource
+import subprocess
+import sys
+
+RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+
+
+def measure(impl: str, model: str, n: int, ms: float, devices: int = 1,
+            delay: int = 1, exchange: str = "step",
+            connectivity: str = "stored", warm_ms: float | None = None) -> dict:
+  """One timed run after a warm-up run (default: of the same length, so
+  the timed run compiles nothing) in this process."""
+  import jax
+  from benchmarks import _ei
+  if impl == "pure":
+    build_s, run = _ei.pure_run(model, n, connectivity=connectivity)
+  else:
+    build_s, run = _ei.brainshard_run(model, n, devices=devices, delay=delay,
+                                      exchange=exchange,
+                                      connectivity=connectivity)
+  ms = max(delay, round(ms / 0.1 / delay) * delay) * 0.1
+  warm = ms if warm_ms is None else warm_ms
+  t = _ei.time_run(run, ms, warm_ms=warm)
+  dev = jax.devices()[0]
+  peak = (dev.memory_stats() or {}).get("peak_bytes_in_use") \
+      if dev.platform == "gpu" else \
+      resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+  return dict(impl=impl, model=model, n=n, devices=devices, delay=delay,
+              exchange=exchange, connectivity=connectivity, build_s=build_s,
+              s_per_sim_s=t["s_per_sim_s"], peak_bytes=peak,
+              platform=dev.platform, **_ei.stats(t["spikes"], 0.1))
+
+
+def child(argv: list[str], devices: int = 1) -> dict | None:
+  """Runs :func:`measure` in a fresh process (its own peak memory)."""
+  env = dict(os.environ)
+  if devices > 1:
+    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
+                        f" --xla_force_host_platform_device_count={devices}")
+  root = pathlib.Path(__file__).resolve().parents[1]
+  env["PYTHONPATH"] = f"{root}{os.pathsep}{env.get('PYTHONPATH', '')}"
+  proc = subprocess.run([sys.executable, "-m", "benchmarks.bench_scale",
+                         "--child", json.dumps(argv)], env=env,
+                        capture_output=True, text=True)
+  if proc.returncode:
+    print(proc.stderr[-2000:], file=sys.stderr)
+    return None
+  return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def plan(gpu: bool, quick: bool) -> list[tuple[int, float]]:
+  """(N, simulated ms) per size."""
+  if gpu:
+    sizes = [(4000, 1000.0), (40_000, 1000.0), (400_000, 200.0),
+             (4_000_000, 50.0)]
+    return sizes[:2] if quick else sizes
+  sizes = [(4000, 1000.0), (40_000, 200.0), (400_000, 20.0)]
+  return [(n, ms / 10) for n, ms in sizes[:2]] if quick else sizes
+
+
+def scale_rows(gpu: bool, quick: bool, model: str = "cuba") -> list[dict]:
+  rows = []
+  for n, ms in plan(gpu, quick):
+    for impl in ("brainshard", "pure"):
+      r = child([impl, model, n, ms])
+      if r:
+        rows.append(r)
+        print(_line(r), flush=True)
+  return rows
+
+
+def exchange_rows(quick: bool, delay: int = 10, devices: int = 8) -> list[dict]:
+  """8 faked CPU devices: all-gather every step vs every ``delay`` steps."""
+  rows = []
+  ms = 100.0 if quick else 500.0
+  for exchange in ("step", "delay"):
+    r = child(["brainshard", "cuba", 4000, ms, devices, delay, exchange],
+              devices=devices)
+    if r:
+      rows.append(r)
+      print(_line(r), flush=True)
+  return rows
+
+
+def _line(r: dict) -> str:
+  return (f"{r['impl']:>10} {r['model']} N={r['n']:>8} dev={r['devices']} "
+          f"delay={r['delay']} exchange={r['exchange']}: "
+          f"{r['s_per_sim_s']:.3f} s/sim-s, peak {r['peak_bytes'] / 2**20:.0f}"
+          f" MiB, {r['rate_hz']:.2f} Hz, build {r['build_s']:.2f} s")
+
+
+def machine() -> str:
+  import jax
+  dev = jax.devices()[0]
+  return (f"{platform.node()}: {os.cpu_count()} CPU cores, "
+          f"{dev.platform} ({dev.device_kind}), jax {jax.__version__}")
+
+
+def markdown(rows: list[dict], ex: list[dict], quick: bool,
+             flag: str = "--scale") -> str:
+  out = [f"Measured by `python -m benchmarks {flag}{' --quick' if quick else ''}`"
+         f" on {machine()}.", "",
+         "| N | brainshard s/sim-s | pure JAX s/sim-s | ratio | brainshard peak MiB"
+         " | pure peak MiB | rate Hz | ISI CV | active |",
+         "|---|---|---|---|---|---|---|---|---|"]
+  by = {(r["n"], r["impl"]): r for r in rows}
+  for n in sorted({r["n"] for r in rows}):
+    b, p = by.get((n, "brainshard")), by.get((n, "pure"))
+    if not (b and p):
+      continue
+    out.append(f"| {n:,} | {b['s_per_sim_s']:.3f} | {p['s_per_sim_s']:.3f} | "
+               f"{b['s_per_sim_s'] / p['s_per_sim_s']:.2f} | "
+               f"{b['peak_bytes'] / 2**20:.0f} | {p['peak_bytes'] / 2**20:.0f} | "
+               f"{b['rate_hz']:.2f} | {b['isi_cv']:.2f} | {b['active']:.2f} |")
+  if len(ex) == 2:
+    s, d = ex
+    out += ["", f"Spike exchange, {s['n']:,} neurons on {s['devices']} faked CPU "
+            f"devices, delay {d['delay']} steps: every step "
+            f"{s['s_per_sim_s']:.3f} s/sim-s, every {d['delay']} steps "
+            f"{d['s_per_sim_s']:.3f} s/sim-s "
+            f"({s['s_per_sim_s'] / d['s_per_sim_s']:.1f}x faster)."]
+  out += ["", "brainstate 0.5.4 has no row: not implemented yet in this benchmark."]
+  return "\n".join(out) + "\n"
+
+
+def plot(rows: list[dict], path: pathlib.Path) -> None:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  fig, ax = plt.subplots(figsize=(5, 3.5))
+  for impl in ("brainshard", "pure"):
+    pts = sorted((r["n"], r["s_per_sim_s"]) for r in rows if r["impl"] == impl)
+    if pts:
+      ax.loglog(*zip(*pts), "o-", label=impl if impl != "pure" else "pure JAX")
+  ax.set_xlabel("neurons")
+  ax.set_ylabel("s per simulated second")
+  ax.set_title("CUBA, fixed in-degree 80")
+  ax.legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def gpu_dispatch() -> None:
+  """The dispatch rows (1/10/100/1000 States) of the existing benchmark."""
+  from benchmarks.run import main as run_main
+  run_main(["--quick", "--only", "dispatch", "--name", "gpu_dispatch"])
+
+
+def main(argv: list[str] | None = None) -> int:
+  ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  ap.add_argument("--scale", action="store_true")
+  ap.add_argument("--gpu", action="store_true",
+                  help="the GPU rows: dispatch, sizes up to 4M")
+  ap.add_argument("--quick", action="store_true", help="small sizes only")
+  ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+  args = ap.parse_args(argv)
+  if args.child:
+    print(json.dumps(measure(*json.loads(args.child))))
+    return 0
+  if args.gpu:
+    gpu_dispatch()
+  rows = scale_rows(args.gpu, args.quick)
+  ex = [] if args.gpu else exchange_rows(args.quick)
+  RESULTS.mkdir(exist_ok=True)
+  name = "scale_gpu" if args.gpu else ("scale_quick" if args.quick else "scale")
+  text = markdown(rows, ex, args.quick, "--gpu" if args.gpu else "--scale")
+  (RESULTS / f"{name}.md").write_text(text)
+  (RESULTS / f"{name}.json").write_text(json.dumps(rows + ex, indent=1))
+  try:
+    plot(rows, RESULTS / f"{name}.png")
+  except ImportError:
+    pass
+  print(text)
+  return 0
+
+
+if __name__ == "__main__":
+  raise SystemExit(main())
