@@ -11,7 +11,7 @@ import numpy as np
 from brainshard._scaleout.place import states_in
 from brainshard._core.state import State
 
-__all__ = ["describe", "visualize", "StateInfo", "StateTable"]
+__all__ = ["describe", "visualize", "StateInfo", "StateTable", "device_ids"]
 
 
 class StateInfo(NamedTuple):
@@ -73,8 +73,12 @@ class StateTable(list):
   def __str__(self) -> str:
     head = ("name", "type", "shape", "dtype", "spec", "devices",
             "bytes/device")
-    body = [(r.name, r.type, str(r.shape), r.dtype, r.spec, str(r.devices),
-             _bytes(r.bytes_per_device)) for r in self]
+    # States on different device groups (sub-mesh tasks): say which devices.
+    groups = {frozenset(d) for d in self._devices if d}
+    which = (lambda d: f"{len(d)} ({device_ids(d)})") if len(groups) > 1 else (
+        lambda d: str(len(d)))
+    body = [(r.name, r.type, str(r.shape), r.dtype, r.spec, which(d),
+             _bytes(r.bytes_per_device)) for r, d in zip(self, self._devices)]
     foot = ("total", "", "", "", "", "", _bytes(self.bytes_per_device))
     widths = [max(len(row[i]) for row in [head, *body, foot])
               for i in range(len(head))]
@@ -83,6 +87,14 @@ class StateTable(list):
     return "\n".join([fmt(head), rule, *map(fmt, body), rule, fmt(foot)])
 
   __repr__ = __str__
+
+
+def device_ids(devices: Any) -> str:
+  """Device ids as text: ``0-3`` for a run of three or more, else ``0,5``."""
+  ids = sorted(d.id for d in devices)
+  if len(ids) > 2 and ids == list(range(ids[0], ids[-1] + 1)):
+    return f"{ids[0]}-{ids[-1]}"
+  return ",".join(map(str, ids))
 
 
 def _itemsize(x: Any) -> int:

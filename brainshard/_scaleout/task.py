@@ -22,6 +22,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from brainshard._core.args import fun_name
 from brainshard._core.compat import Tracer
 from brainshard._core.state import State
+from brainshard._scaleout.describe import device_ids
 from brainshard._transforms.jit import jit
 from brainshard._transforms.shard_map import shard_map
 
@@ -61,13 +62,6 @@ def split_mesh(devices: Any = None, sizes: Sequence[int] = (),
   return tuple(meshes)
 
 
-def _device_ids(devices: Any) -> str:
-  ids = sorted(d.id for d in devices)
-  if ids == list(range(ids[0], ids[-1] + 1)) and len(ids) > 2:
-    return f"{ids[0]}-{ids[-1]}"
-  return ",".join(map(str, ids))
-
-
 def check_disjoint(*tasks_or_meshes: Any) -> None:
   """Raises ``ValueError`` if two of the tasks' (or meshes') device sets
   overlap: tasks meant to run at the same time must not share devices.
@@ -90,7 +84,7 @@ def check_disjoint(*tasks_or_meshes: Any) -> None:
     for name_b, b in sets[i + 1:]:
       if a & b:
         raise ValueError(f"bs.check_disjoint: {name_a} and {name_b} share "
-                         f"devices {_device_ids(a & b)}.")
+                         f"devices {device_ids(a & b)}.")
 
 
 class Task:
@@ -115,7 +109,7 @@ class Task:
                     static_argnums=static_argnums)
 
   def __repr__(self) -> str:
-    return f"<{self.name} on devices {_device_ids(self.devices)}>"
+    return f"<{self.name} on devices {device_ids(self.devices)}>"
 
   def __call__(self, *args, **kwargs):
     args = tuple(self._move_arg(a, i) for i, a in enumerate(args))
@@ -166,11 +160,11 @@ class Task:
       if not any(self._elsewhere(x) for x in leaves):
         continue
       if not self.move_states:
-        where = _device_ids(set().union(*(
+        where = device_ids(set().union(*(
             x.sharding.device_set for x in leaves if isinstance(x, jax.Array))))
         raise ValueError(
             f"{self.name}: {s._label()} lives on devices {where}, outside "
-            f"this task's mesh (devices {_device_ids(self.devices)}). Place "
+            f"this task's mesh (devices {device_ids(self.devices)}). Place "
             "it on the task's mesh (bs.place(state, mesh) or "
             "bs.sharded_init(..., mesh=mesh)), or pass move_states=True to "
             "move it there (device to device) when the task reads it.")

@@ -1,0 +1,127 @@
+"""Sub-mesh tasks (MPMD): bs.task, bs.split_mesh, bs.check_disjoint."""
+
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import brainshard as bs
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
+import two_areas  # noqa: E402
+
+
+def halves():
+  return bs.split_mesh(jax.devices(), (4, 4))
+
+
+@pytest.mark.parametrize("delay", [1, 10])
+def test_two_areas_on_two_sub_meshes_equal_one_spmd_program(delay):
+  steps = 200
+  a, b, (sa, sb) = two_areas.run_mpmd(steps, delay)
+  a2, b2, (sa2, sb2) = two_areas.run_spmd(steps, delay)
+  for got, want in ((sa, sa2), (sb, sb2)):
+    np.testing.assert_array_equal(np.stack(got), np.stack(want))
+  for x, y in ((a, a2), (b, b2)):
+    for key in ("v", "s"):
+      np.testing.assert_array_equal(np.asarray(x.states[key].value),
+                                    np.asarray(y.states[key].value))
+  rate = two_areas.rates(sa, a.n, steps)
+  assert 5 < rate < 200  # the areas are active
+  # each area's States stayed on its half
+  assert a.states["v"].value.sharding.device_set == set(jax.devices()[:4])
+  assert b.states["v"].value.sharding.device_set == set(jax.devices()[4:])
+
+
+def heavy_tasks():
+  mesh_a, mesh_b = halves()
+  make = lambda mesh: bs.sharded_init(  # noqa: E731
+      lambda: bs.State(jnp.eye(256), spec=P("x")), mesh=mesh)()
+  wa, wb = make(mesh_a), make(mesh_b)
+
+  def body(w):
+    def work(x):
+      def step(_):
+        w.value = jnp.tanh(w.value @ x) * 0.5
+      bs.for_loop(step, jnp.arange(30))
+      return jax.lax.psum(w.value.sum(), "x") * jnp.ones((4,))
+    return work
+  ta = bs.task(body(wa), mesh=mesh_a, in_specs=P(), out_specs=P())
+  tb = bs.task(body(wb), mesh=mesh_b, in_specs=P(), out_specs=P())
+  return ta, tb, jnp.full((256, 256), 0.01)
+
+
+def test_task_loop_never_waits_for_devices_nor_goes_through_the_host():
+  ta, tb, x = heavy_tasks()
+  xa = jax.device_put(x, NamedSharding(ta.mesh, P()))
+  xb = jax.device_put(x, NamedSharding(tb.mesh, P()))
+  jax.block_until_ready((ta(xa), tb(xb)))  # compiled
+  with jax.transfer_guard_device_to_host("disallow"):
+    outs = []
+    for _ in range(4):
+      outs += [ta(xa), tb(xb)]
+    pending = not outs[-1].is_ready()
+  jax.block_until_ready(outs)
+  assert pending, "the loop returned only after the devices finished"
+
+
+def test_arguments_from_another_mesh_are_moved_and_outputs_stay():
+  mesh_a, mesh_b = halves()
+  va = bs.sharded_init(lambda: bs.State(jnp.zeros(8), spec=P("x")),
+                       mesh=mesh_a)()
+  task_a = bs.task(lambda d: va.value + d, mesh=mesh_a,
+                   in_specs=P("x"), out_specs=P("x"))
+  on_b = jax.device_put(jnp.arange(8.0), NamedSharding(mesh_b, P("x")))
+  with jax.transfer_guard_device_to_host("disallow"):
+    out = task_a(on_b)
+  assert out.sharding.device_set == set(mesh_a.devices.flat)
+  assert on_b.sharding.device_set == set(mesh_b.devices.flat)  # untouched
+  np.testing.assert_array_equal(np.asarray(out), np.arange(8.0))
+
+
+def test_state_on_another_mesh_is_an_error_naming_it_unless_moved():
+  mesh_a, mesh_b = halves()
+  w = bs.sharded_init(lambda: bs.State(jnp.ones(8), "w", spec=P("x")),
+                      mesh=mesh_b)()
+  v = bs.sharded_init(lambda: bs.State(jnp.zeros(8), "v", spec=P("x")),
+                      mesh=mesh_a)()
+  before_v, before_w = v.value, w.value
+
+  def step():
+    v.value = v.value + w.value
+
+  with pytest.raises(ValueError, match=r"State 'w'.* devices 4-7.*outside "
+                     r"this task's mesh \(devices 0-3\).*move_states=True"):
+    bs.task(step, mesh=mesh_a, out_specs=P())()
+  assert v.value is before_v and w.value is before_w
+  bs.task(step, mesh=mesh_a, out_specs=P(), move_states=True)()
+  np.testing.assert_array_equal(np.asarray(v.value), np.ones(8))
+  assert w.value.sharding.device_set == set(mesh_a.devices.flat)
+
+
+def test_split_mesh_and_check_disjoint():
+  a, b = halves()
+  assert not set(a.devices.flat) & set(b.devices.flat)
+  bs.check_disjoint(a, b)
+  whole = jax.make_mesh((8,), ("x",))
+  task = bs.task(lambda: None, mesh=whole, name="whole")
+  with pytest.raises(ValueError, match="whole and mesh 1 share devices 4-7"):
+    bs.check_disjoint(task, b)
+  with pytest.raises(ValueError, match=r"sizes \(4, 5\)"):
+    bs.split_mesh(jax.devices(), (4, 5))
+  with pytest.raises(TypeError, match="jax.sharding.Mesh"):
+    bs.task(lambda: None, mesh=jax.devices())
+
+
+def test_describe_says_which_devices_hold_each_state():
+  a, b = halves()
+  va = bs.sharded_init(lambda: bs.State(jnp.zeros(8), "va", spec=P("x")),
+                       mesh=a)()
+  vb = bs.sharded_init(lambda: bs.State(jnp.zeros(8), "vb", spec=P("x")),
+                       mesh=b)()
+  text = str(bs.describe([va, vb]))
+  assert "4 (0-3)" in text and "4 (4-7)" in text
