@@ -113,8 +113,10 @@ def build(mesh_a, mesh_b):
   return a, b
 
 
-def run_mpmd(steps: int, delay: int, devices: int = 8):
-  """Each area a task on its half of the devices; returns (A, B, spikes)."""
+def mpmd(delay: int, devices: int = 8):
+  """Each area a task on its half of the devices. Returns ``(a, b, step)``:
+  ``step(sa, sb)`` advances both areas ``delay`` steps given each other's
+  last block of spikes, and returns the new blocks."""
   mesh_a, mesh_b = bs.split_mesh(jax.devices()[:devices],
                                  (devices // 2, devices - devices // 2))
   a, b = build(mesh_a, mesh_b)
@@ -124,23 +126,17 @@ def run_mpmd(steps: int, delay: int, devices: int = 8):
   task_b = bs.task(b.block, mesh=mesh_b, in_specs=spec, out_specs=spec,
                    name="area B")
   bs.check_disjoint(task_a, task_b)
-  sa = jnp.zeros((delay, a.n), jnp.float32)
-  sb = jnp.zeros((delay, b.n), jnp.float32)
-  out_a, out_b = [], []
-  for _ in range(steps // delay):   # never waits: both halves run at once
-    sa, sb = task_a(sb), task_b(sa)
-    out_a.append(sa)
-    out_b.append(sb)
-    _limit_inflight(out_a)
-    _limit_inflight(out_b)
-  return a, b, (out_a, out_b)
+
+  def step(sa, sb):  # never waits: both halves compute at once
+    return task_a(sb), task_b(sa)
+  step.tasks = (task_a, task_b)
+  return a, b, step
 
 
-def run_spmd(steps: int, delay: int, devices: int = 8):
+def spmd(delay: int, devices: int = 8):
   """The same model as one program over one mesh of all the devices."""
   mesh = jax.make_mesh((devices,), ("x",))
   a, b = build(mesh, mesh)
-
   spec = P(None, "x")
 
   @bs.jit
@@ -148,15 +144,32 @@ def run_spmd(steps: int, delay: int, devices: int = 8):
   def both(sa, sb):
     return a.block(sb), b.block(sa)
 
+  return a, b, both
+
+
+def simulate(a, b, step, steps: int, delay: int):
+  """Runs ``steps`` steps in blocks of ``delay``; the blocks of spikes."""
   sa = jnp.zeros((delay, a.n), jnp.float32)
   sb = jnp.zeros((delay, b.n), jnp.float32)
   out_a, out_b = [], []
   for _ in range(steps // delay):
-    sa, sb = both(sa, sb)
+    sa, sb = step(sa, sb)
     out_a.append(sa)
     out_b.append(sb)
     _limit_inflight(out_a)
-  return a, b, (out_a, out_b)
+  return out_a, out_b
+
+
+def run_mpmd(steps: int, delay: int, devices: int = 8):
+  """Two tasks on two halves; returns (area A, area B, (spikes A, B))."""
+  a, b, step = mpmd(delay, devices)
+  return a, b, simulate(a, b, step, steps, delay)
+
+
+def run_spmd(steps: int, delay: int, devices: int = 8):
+  """One SPMD program; returns (area A, area B, (spikes A, B))."""
+  a, b, step = spmd(delay, devices)
+  return a, b, simulate(a, b, step, steps, delay)
 
 
 def rates(spikes, n: int, steps: int) -> float:

@@ -1,0 +1,105 @@
+"""Sub-mesh tasks (MPMD) against the same model as one SPMD program.
+
+``examples/two_areas.py``: two E/I areas, each a ``bs.task`` on half of the
+devices, against both areas in one ``bs.jit(bs.shard_map)`` over all of
+them (same arithmetic, bit-identical spikes). Rows, each a ratio of times
+per simulated block measured interleaved in this process:
+
+- ``delay 1``: the areas exchange spikes every step (one call per step);
+- ``delay 10``: each call advances 10 steps (the min-delay rule);
+- ``overlap``: the time of A's and B's task loops run one after the other,
+  over the time of the interleaved loop. 2.0 = the two halves ran entirely
+  at once; 1.0 = not at all. On faked CPU devices all "devices" share the
+  host's cores, so expect little overlap there; on a GPU pair it is the
+  figure that matters.
+
+Usage:  python -m benchmarks.bench_task [--steps 400] [--repeats 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+for _p in (_ROOT, os.path.join(_ROOT, "examples")):
+  if _p not in sys.path:
+    sys.path.insert(0, _p)
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+import two_areas  # noqa: E402
+
+
+def _time(run, repeats: int) -> float:
+  run()  # compiled
+  times = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    run()
+    times.append(time.perf_counter() - t0)
+  return sorted(times)[len(times) // 2]
+
+
+def _simulation(make, steps: int, delay: int):
+  a, b, step = make(delay, len(jax.devices()))
+
+  def run():
+    out_a, out_b = two_areas.simulate(a, b, step, steps, delay)
+    jax.block_until_ready((out_a[-1], out_b[-1]))
+  return run, (a, b, step)
+
+
+def overlap(steps: int, delay: int, repeats: int) -> float:
+  """(A alone + B alone) / (A and B interleaved), one task loop each."""
+  _, (a, b, step) = _simulation(two_areas.mpmd, steps, delay)
+  ta, tb = step.tasks
+  spec = jax.sharding.PartitionSpec(None, "x")
+  xa = jax.device_put(jnp.zeros((delay, b.n)),
+                      jax.sharding.NamedSharding(ta.mesh, spec))
+  xb = jax.device_put(jnp.zeros((delay, a.n)),
+                      jax.sharding.NamedSharding(tb.mesh, spec))
+
+  def loop(*calls):
+    def run():
+      outs = []
+      for _ in range(steps // delay):
+        for t, x in calls:
+          outs.append(t(x))
+        two_areas._limit_inflight(outs)
+      jax.block_until_ready(outs)
+    return run
+  alone = _time(loop((ta, xa)), repeats) + _time(loop((tb, xb)), repeats)
+  return alone / _time(loop((ta, xa), (tb, xb)), repeats)
+
+
+def main(argv=None) -> dict:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--steps", type=int, default=400)
+  p.add_argument("--repeats", type=int, default=7)
+  args = p.parse_args(argv)
+  print(f"jax {jax.__version__}, {len(jax.devices())} {jax.default_backend()} "
+        "devices; two areas on two halves vs one SPMD program")
+  out = {}
+  for delay in (1, 10):
+    t_task = _time(_simulation(two_areas.mpmd, args.steps, delay)[0],
+                   args.repeats)
+    t_spmd = _time(_simulation(two_areas.spmd, args.steps, delay)[0],
+                   args.repeats)
+    out[f"delay {delay}"] = dict(task_s=t_task, spmd_s=t_spmd,
+                                 ratio=t_task / t_spmd)
+    print(f"  delay {delay:>2}: two tasks {t_task * 1e3:8.1f} ms, one SPMD "
+          f"program {t_spmd * 1e3:8.1f} ms per {args.steps} steps: ratio "
+          f"{t_task / t_spmd:.2f}")
+  out["overlap"] = overlap(args.steps, 10, args.repeats)
+  print(f"  overlap (A alone + B alone) / (A and B together): "
+        f"{out['overlap']:.2f} (2.0 = fully at once)")
+  return out
+
+
+if __name__ == "__main__":
+  main()
