@@ -154,6 +154,57 @@ def replicated_key(bs, jax, np, mesh):
   assert table[1].bytes_per_device == 4 and table[1].devices == 8, table
 
 
+def submesh_tasks(bs, jax, np, mesh):
+  """Two tasks on sub-meshes that span both processes exchange arrays (each
+  process moves its own blocks); meshes that would need a transfer between
+  processes are a clear error."""
+  import jax.numpy as jnp
+  from jax.sharding import Mesh, PartitionSpec as P
+  a, b = bs.split_mesh(jax.devices(), (4, 4))
+  for m in (a, b):  # each half holds two devices of each process
+    assert sorted(d.process_index for d in m.devices.flat) == [0, 0, 1, 1]
+  va = bs.sharded_init(lambda: bs.State(jnp.arange(8.0), "va", spec=P("x")),
+                       mesh=a)()
+  vb = bs.sharded_init(lambda: bs.State(jnp.ones(8), "vb", spec=P("x")),
+                       mesh=b)()
+
+  def add():
+    def f(d):
+      va.value = va.value + d
+      return va.value
+    return f
+
+  def mul(d):
+    vb.value = vb.value * d
+    return vb.value
+  ta = bs.task(add(), mesh=a, in_specs=P("x"), out_specs=P("x"))
+  tb = bs.task(mul, mesh=b, in_specs=P("x"), out_specs=P("x"))
+  out_b = vb.value
+  with jax.transfer_guard_device_to_host("disallow"):
+    for _ in range(3):
+      out_a = ta(out_b)
+      out_b = tb(out_a)
+  want_a, want_b = np.arange(8.0), np.ones(8)
+  for _ in range(3):
+    want_a = want_a + want_b
+    want_b = want_b * want_a
+  np.testing.assert_array_equal(bs.gather(va), want_a)
+  np.testing.assert_array_equal(bs.gather(vb), want_b)
+  # Sub-meshes of one process each: moving between them crosses processes.
+  own = [d for d in jax.devices() if d.process_index == 0]
+  other = [d for d in jax.devices() if d.process_index == 1]
+  m0, m1 = Mesh(np.array(own), ("x",)), Mesh(np.array(other), ("x",))
+  x1 = bs.sharded_init(lambda: bs.State(jnp.ones(8), "x1", spec=P("x")),
+                       mesh=m1)()
+  t0 = bs.task(lambda d: d * 2, mesh=m0, in_specs=P("x"), out_specs=P("x"))
+  try:
+    t0(x1.value)
+  except ValueError as e:
+    assert "cannot reach devices" in str(e), e
+  else:
+    raise AssertionError("a transfer between processes should be an error")
+
+
 def fail(bs, jax, np, mesh):
   """Process 1 dies before a collective that process 0 is already in."""
   from jax.sharding import PartitionSpec as P
@@ -168,7 +219,7 @@ def fail(bs, jax, np, mesh):
 
 
 SCENARIOS = {"all": [psum_step, simulation, for_loop_simulation,
-                     process_local, replicated_key],
+                     process_local, replicated_key, submesh_tasks],
              "fail": [fail]}
 
 

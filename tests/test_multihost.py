@@ -30,7 +30,7 @@ ENV = {"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 def test_two_processes_run_every_scenario():
   results = launch([WORKER, "all"], 2, local_devices=4, timeout=100, env=ENV)
   scenarios = ["psum_step", "simulation", "for_loop_simulation",
-               "process_local", "replicated_key"]
+               "process_local", "replicated_key", "submesh_tasks"]
   for r in results:
     assert r.returncode == 0
     for name in scenarios:

@@ -26,7 +26,7 @@ from brainshard._scaleout.describe import device_ids
 from brainshard._transforms.jit import jit
 from brainshard._transforms.shard_map import shard_map
 
-__all__ = ["Task", "task", "split_mesh", "check_disjoint"]
+__all__ = ["Task", "task", "split_mesh", "check_disjoint", "move_array"]
 
 
 def split_mesh(devices: Any = None, sizes: Sequence[int] = (),
@@ -38,6 +38,11 @@ def split_mesh(devices: Any = None, sizes: Sequence[int] = (),
       ``jax.devices()``.
     sizes: devices per sub-mesh; their sum may not exceed the devices.
     axis_name: the one mesh axis of every sub-mesh.
+
+  In a multi-process run, where every size divides by the number of
+  processes, each sub-mesh takes the same share of every process's devices:
+  arrays then move between sub-meshes inside each process, which JAX
+  supports (it cannot move them between processes on CPU or GPU).
 
   Example:
     >>> import jax, brainshard as bs
@@ -54,12 +59,20 @@ def split_mesh(devices: Any = None, sizes: Sequence[int] = (),
     raise ValueError(
         f"bs.split_mesh: sizes {tuple(sizes)} must be positive and sum to at "
         f"most the {len(devices)} devices given.")
-  meshes, start = [], 0
-  for n in sizes:
-    group = np.array(devices[start:start + n])
-    meshes.append(Mesh(group, (axis_name,)))
-    start += n
-  return tuple(meshes)
+  by_process: dict[int, list] = {}
+  for d in devices:
+    by_process.setdefault(d.process_index, []).append(d)
+  if len(by_process) > 1 and all(n % len(by_process) == 0 for n in sizes):
+    # Multi-process: every sub-mesh takes the same share of every process's
+    # devices, so arrays move between sub-meshes inside each process.
+    queues = [iter(ds) for _, ds in sorted(by_process.items())]
+    groups = [[next(q) for q in queues for _ in range(n // len(queues))]
+              for n in sizes]
+    groups = [sorted(g, key=lambda d: (d.process_index, d.id)) for g in groups]
+  else:
+    starts = np.cumsum((0, *sizes))
+    groups = [devices[a:b] for a, b in zip(starts[:-1], starts[1:])]
+  return tuple(Mesh(np.array(g), (axis_name,)) for g in groups)
 
 
 def check_disjoint(*tasks_or_meshes: Any) -> None:
@@ -85,6 +98,38 @@ def check_disjoint(*tasks_or_meshes: Any) -> None:
       if a & b:
         raise ValueError(f"bs.check_disjoint: {name_a} and {name_b} share "
                          f"devices {device_ids(a & b)}.")
+
+
+def _index_key(index: tuple, shape: tuple) -> tuple:
+  return tuple(i.indices(n) for i, n in zip(index, shape))
+
+
+def move_array(x: jax.Array, target: NamedSharding, where: str) -> jax.Array:
+  """``x`` laid out as ``target`` on another mesh, device to device.
+
+  Within one process this is ``jax.device_put``. In a multi-process run JAX's CPU and GPU runtimes
+  cannot move an array between different device sets across processes; a
+  sub-mesh that spans the processes the way the source does (each process
+  holding the same blocks in both) is served by moving every process's own
+  blocks to its own devices.
+  """
+  if jax.process_count() == 1:
+    return jax.device_put(x, target)  # asynchronous; no host round trip
+  blocks = {_index_key(s.index, x.shape): s.data for s in x.addressable_shards}
+  local = []
+  mine = target.addressable_devices_indices_map(x.shape)
+  for device, index in (mine or {None: None}).items():
+    block = blocks.get(_index_key(index, x.shape)) if mine else None
+    if block is None:
+      raise ValueError(
+          f"{where}: an argument of shape {x.shape} on devices "
+          f"{device_ids(x.sharding.device_set)} cannot reach devices "
+          f"{device_ids(target.device_set)}: across processes, JAX moves "
+          "arrays only where each process holds the same blocks in both "
+          "meshes. Give every sub-mesh devices of every process in the same "
+          "order (see docs/submesh.md), or gather the value first.")
+    local.append(jax.device_put(block, device))
+  return jax.make_array_from_single_device_arrays(x.shape, target, local)
 
 
 class Task:
@@ -144,7 +189,7 @@ class Task:
         return x
       if target is None:
         target = NamedSharding(self.mesh, self._spec_of_arg(i))
-      return jax.device_put(x, target)  # device to device, asynchronous
+      return move_array(x, target, self.name)
     return jax.tree.map(move, arg)
 
   def _elsewhere(self, x: Any) -> bool:
@@ -172,7 +217,8 @@ class Task:
       replicated = NamedSharding(self.mesh, P())
       for s in states:
         if any(self._elsewhere(x) for x in jax.tree.leaves(s._value)):
-          s.value = jax.device_put(s._value, replicated)
+          s.value = jax.tree.map(
+              lambda x: move_array(x, replicated, self.name), s._value)
 
 
 def task(fun: Callable | None = None, *, mesh: Mesh, in_specs: Any = P(),
