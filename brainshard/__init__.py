@@ -24,7 +24,8 @@ from brainshard import random
 from brainshard._core.axes import axis_rules, current_axis_rules
 from brainshard._scaleout.place import ShardedInit, place, resolve_spec, sharded_init
 from brainshard._scaleout.describe import StateInfo, StateTable, describe, visualize
-from brainshard._scaleout.task import Task, check_disjoint, split_mesh, task
+from brainshard._scaleout.task import (
+    Task, check_disjoint, run_tasks, split_mesh, task)
 from brainshard._scaleout.multihost import gather, init_distributed
 from brainshard._scaleout.checkpoint import restore_states, save_states
 from brainshard._simulation.chunked import Chunk, ChunkedLoop
@@ -57,7 +58,7 @@ __all__ = [
     "StateTable", "gather", "init_distributed", "save_states",
     "restore_states",
     # sub-mesh tasks (MPMD)
-    "task", "Task", "split_mesh", "check_disjoint",
+    "task", "Task", "split_mesh", "check_disjoint", "run_tasks",
     # long runs: chunks, monitors, records
     "ChunkedLoop", "Chunk", "Runner", "SpikeMonitor", "RateMonitor",
     "StateMonitor", "Result", "SpikeData", "RateData", "TraceData",

@@ -95,18 +95,6 @@ class Area:
     return bs.for_loop(step, other_spikes)
 
 
-# XLA:CPU can deadlock in a collective's rendezvous when many multi-device
-# programs are queued (pure JAX too); on CPU the loops keep at most this many
-# blocks in flight by waiting for the one dispatched that many calls ago,
-# which still never waits for the block just sent.
-MAX_INFLIGHT = 8
-
-
-def _limit_inflight(outputs: list) -> None:
-  if jax.default_backend() == "cpu" and len(outputs) > MAX_INFLIGHT:
-    outputs[-MAX_INFLIGHT - 1].block_until_ready()
-
-
 def build(mesh_a, mesh_b):
   a = Area("A", AREAS["B"]["n"], mesh_a)
   b = Area("B", AREAS["A"]["n"], mesh_b)
@@ -147,17 +135,13 @@ def spmd(delay: int, devices: int = 8):
   return a, b, both
 
 
-def simulate(a, b, step, steps: int, delay: int):
+def simulate(a, b, step, steps: int, delay: int, progress: bool = False):
   """Runs ``steps`` steps in blocks of ``delay``; the blocks of spikes."""
   sa = jnp.zeros((delay, a.n), jnp.float32)
   sb = jnp.zeros((delay, b.n), jnp.float32)
-  out_a, out_b = [], []
-  for _ in range(steps // delay):
-    sa, sb = step(sa, sb)
-    out_a.append(sa)
-    out_b.append(sb)
-    _limit_inflight(out_a)
-  return out_a, out_b
+  _, blocks = bs.run_tasks(step, (sa, sb), steps // delay,
+                           steps_per_block=delay, progress=progress)
+  return [x for x, _ in blocks], [y for _, y in blocks]
 
 
 def run_mpmd(steps: int, delay: int, devices: int = 8):
@@ -181,10 +165,9 @@ def rates(spikes, n: int, steps: int) -> float:
 def main(argv=None):
   args = _mesh_args(argv)
   steps = int(args.duration * STEPS_PER_MS) // args.delay * args.delay
-  run = run_spmd if args.spmd else run_mpmd
+  a, b, step = (spmd if args.spmd else mpmd)(args.delay, args.devices)
   t0 = time.perf_counter()
-  a, b, (out_a, out_b) = run(steps, args.delay, args.devices)
-  jax.block_until_ready((out_a[-1], out_b[-1]))
+  out_a, out_b = simulate(a, b, step, steps, args.delay, progress=True)
   wall = time.perf_counter() - t0
   ra, rb = rates(out_a, a.n, steps), rates(out_b, b.n, steps)
   print(f"{'SPMD, one mesh' if args.spmd else 'two tasks, two sub-meshes'}: "

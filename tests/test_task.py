@@ -125,3 +125,21 @@ def test_describe_says_which_devices_hold_each_state():
                        mesh=b)()
   text = str(bs.describe([va, vb]))
   assert "4 (0-3)" in text and "4 (4-7)" in text
+
+
+def test_run_tasks_counts_blocks_as_devices_finish_them(capsys):
+  ta, tb, x = heavy_tasks()
+  xa = jax.device_put(x, NamedSharding(ta.mesh, P()))
+  xb = jax.device_put(x, NamedSharding(tb.mesh, P()))
+
+  def step(*_):
+    return ta(xa), tb(xb)
+
+  (oa, ob), outs = bs.run_tasks(step, (None, None), 3, steps_per_block=10,
+                                progress=True, desc="areas")
+  assert len(outs) == 3 and oa.is_ready() and ob.is_ready()
+  assert outs[-1][0] is oa  # the carry after every block, the last one returned
+  assert "30/30" in capsys.readouterr().err
+  # without a bar it returns before the devices finish
+  (oa, _), _ = bs.run_tasks(step, (None, None), 3, max_inflight=None)
+  assert not oa.is_ready()

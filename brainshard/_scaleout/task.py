@@ -26,7 +26,8 @@ from brainshard._scaleout.describe import device_ids
 from brainshard._transforms.jit import jit
 from brainshard._transforms.shard_map import shard_map
 
-__all__ = ["Task", "task", "split_mesh", "check_disjoint", "move_array"]
+__all__ = ["Task", "task", "split_mesh", "check_disjoint", "move_array",
+           "run_tasks"]
 
 
 def split_mesh(devices: Any = None, sizes: Sequence[int] = (),
@@ -270,3 +271,65 @@ def task(fun: Callable | None = None, *, mesh: Mesh, in_specs: Any = P(),
                 donate_states=donate_states, static_argnums=static_argnums,
                 name=name)
   return wrap if fun is None else wrap(fun)
+
+
+def _cpu_default_inflight() -> int | None:
+  # XLA:CPU can deadlock in a collective's rendezvous when many
+  # multi-device programs are queued (pure JAX too).
+  return 8 if jax.default_backend() == "cpu" else None
+
+
+def run_tasks(step: Callable, carry: tuple, blocks: int, *,
+              steps_per_block: int = 1, progress: bool = False,
+              desc: str | None = None, max_inflight: int | None = -1,
+              record: bool = True) -> tuple[tuple, list]:
+  """Calls ``carry = step(*carry)`` ``blocks`` times without waiting for the
+  devices, so tasks on disjoint sub-meshes inside ``step`` run at once.
+
+  Each ``step`` typically calls every task once and advances the model
+  ``steps_per_block`` steps (a block: each task's ``bs.for_loop`` of K
+  steps, exchanging every K steps, the min-delay rule). The host waits only
+  where it must: for the block dispatched ``max_inflight`` blocks ago (the
+  default: 8 on CPU, whose collectives can deadlock with more queued; None
+  never waits) and, with ``progress``, at the end so the one bar (tqdm if
+  installed) completes; blocks are counted as the devices finish them.
+
+  Returns ``(carry, outputs)``: the last carry and, with ``record``, the
+  carry after every block.
+
+  Example:
+    >>> import jax.numpy as jnp, brainshard as bs
+    >>> (x,), outs = bs.run_tasks(lambda x: (x + 1,), (jnp.zeros(2),), 3)
+    >>> x, len(outs)
+    (Array([3., 3.], dtype=float32), 3)
+  """
+  if max_inflight == -1:
+    max_inflight = _cpu_default_inflight()
+  bar = _open_bar(blocks * steps_per_block, desc) if progress else None
+  pending: list = []  # one leaf of each block not yet seen finished
+  outputs = []
+  for _ in range(blocks):
+    carry = tuple(step(*carry))
+    if record:
+      outputs.append(carry)
+    leaves = [x for x in jax.tree.leaves(carry) if isinstance(x, jax.Array)]
+    if leaves:
+      pending.append(leaves[-1])
+    while pending and (pending[0].is_ready() or (
+        max_inflight is not None and len(pending) > max_inflight)):
+      pending.pop(0).block_until_ready()
+      if bar is not None:
+        bar.update(steps_per_block)
+  if bar is not None:
+    for x in pending:
+      x.block_until_ready()
+      bar.update(steps_per_block)
+    bar.close()
+  return carry, outputs
+
+
+def _open_bar(total: int, desc: str | None) -> Any:
+  from brainshard._simulation.progress import TextBar, tqdm_class
+  cls = tqdm_class()
+  return cls(total=total, desc=desc) if cls is not None else TextBar(
+      total, desc, None)
