@@ -167,8 +167,13 @@ def plot(rows: list[dict], path: pathlib.Path) -> None:
 
 
 def gpu_dispatch() -> None:
-  """The dispatch rows (1/10/100/1000 States) of the existing benchmark."""
+  """The dispatch rows (1/10/100/1000 States, default donation, with a
+  reference kept, and donate_states=False) of the existing benchmark, and
+  which path the calls take (benchmarks/_dispatch_probe.py): on a new
+  platform, a reference count that does not match shows there first."""
+  from benchmarks import _dispatch_probe
   from benchmarks.run import main as run_main
+  _dispatch_probe.main()
   run_main(["--quick", "--only", "dispatch", "--name", "gpu_dispatch"])
 
 
