@@ -7,6 +7,8 @@ results default to ``int32`` (as :func:`~brainshard.random.randint` and
 
 from __future__ import annotations
 
+import functools
+
 from typing import Any
 
 import jax
@@ -47,10 +49,20 @@ def _binomial(key, n, p, *, shape, dtype):
   return jax.random.binomial(key, n, p, shape).astype(dtype)
 
 
+@functools.cache
+def _multinomial_shape_has_outcomes() -> bool:
+  """JAX 0.10's ``multinomial(shape=)`` includes the outcome axis; from
+  0.12 it is the batch shape only."""
+  out = jax.eval_shape(lambda k: jax.random.multinomial(
+      k, 1, jnp.ones(2) / 2, shape=(2,)), jax.random.key(0))
+  return out.shape == (2,)
+
+
 def _multinomial(key, n, p, *, shape, dtype):
   if counts.varying(key):
     return counts.multinomial(key, n, p, shape, dtype)
-  return jax.random.multinomial(key, n, p, shape=shape).astype(dtype)
+  jax_shape = shape if _multinomial_shape_has_outcomes() else shape[:-1]
+  return jax.random.multinomial(key, n, p, shape=jax_shape).astype(dtype)
 
 
 def _categorical(key, logits, *, shape, dtype, axis):
