@@ -73,8 +73,10 @@ def _compact_local(buf: jax.Array, capacity: int):
   flat = buf.reshape(-1)
   seen = jnp.cumsum(flat != 0, dtype=jnp.int32)
   # The k-th non-zero word sits where the running count first reaches k+1.
+  # method="scan": faster here than "scan_unrolled" (about 280 vs 480 us for
+  # 34x4000 words on 8 faked devices), whose compile takes ~10 s on JAX 0.12.
   pos = jnp.searchsorted(seen, jnp.arange(1, capacity + 1, dtype=jnp.int32),
-                         side="left", method="scan_unrolled").astype(jnp.int32)
+                         side="left", method="scan").astype(jnp.int32)
   words = flat[jnp.minimum(pos, flat.size - 1)]
   return pos, words, seen[-1:]
 
