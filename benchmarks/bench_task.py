@@ -36,16 +36,15 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 import two_areas  # noqa: E402
+from benchmarks._harness import Case, compare  # noqa: E402
 
 
-def _time(run, repeats: int) -> float:
-  run()  # compiled
-  times = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    run()
-    times.append(time.perf_counter() - t0)
-  return sorted(times)[len(times) // 2]
+def _timed(runs: dict, baseline: str, repeats: int) -> dict:
+  """Median seconds per run of each, timed interleaved (benchmarks/_harness);
+  each run blocks on its own results."""
+  t = compare({k: Case(r) for k, r in runs.items()}, baseline,
+              repeats=repeats, target_s=0.05, warmup=1)
+  return {k: v.per_call_s for k, v in t.items()}
 
 
 def _simulation(make, steps: int, delay: int):
@@ -76,8 +75,9 @@ def overlap(steps: int, delay: int, repeats: int) -> float:
                                         steps // delay, record=False)
       jax.block_until_ready(carry)
     return run
-  alone = _time(loop((ta, xa)), repeats) + _time(loop((tb, xb)), repeats)
-  return alone / _time(loop((ta, xa), (tb, xb)), repeats)
+  t = _timed({"both": loop((ta, xa), (tb, xb)), "A": loop((ta, xa)),
+              "B": loop((tb, xb))}, "both", repeats)
+  return (t["A"] + t["B"]) / t["both"]
 
 
 def device_intervals(steps: int = 4000, repeats: int = 3) -> dict:
@@ -85,14 +85,13 @@ def device_intervals(steps: int = 4000, repeats: int = 3) -> dict:
   the host clock when its program starts (on the input) and ends (on the
   result), through ``jax.debug.callback``. Returns the two tasks' intervals
   and the fraction of the shorter one during which the other also ran."""
-  import time as _time
   import brainshard as bs
   from jax.sharding import NamedSharding, PartitionSpec as P
   mesh_a, mesh_b = bs.split_mesh(jax.devices(), (4, 4))
   stamps: dict = {}
 
   def stamp(name, _):
-    stamps.setdefault(name, []).append(_time.perf_counter())
+    stamps.setdefault(name, []).append(time.perf_counter())
 
   def work(name):
     def body(x):
@@ -129,10 +128,10 @@ def main(argv=None) -> dict:
         "devices; two areas on two halves vs one SPMD program")
   out = {}
   for delay in (1, 10):
-    t_task = _time(_simulation(two_areas.mpmd, args.steps, delay)[0],
-                   args.repeats)
-    t_spmd = _time(_simulation(two_areas.spmd, args.steps, delay)[0],
-                   args.repeats)
+    t = _timed({"spmd": _simulation(two_areas.spmd, args.steps, delay)[0],
+                "task": _simulation(two_areas.mpmd, args.steps, delay)[0]},
+               "spmd", args.repeats)
+    t_task, t_spmd = t["task"], t["spmd"]
     out[f"delay {delay}"] = dict(task_s=t_task, spmd_s=t_spmd,
                                  ratio=t_task / t_spmd)
     print(f"  delay {delay:>2}: two tasks {t_task * 1e3:8.1f} ms, one SPMD "

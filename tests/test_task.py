@@ -19,6 +19,12 @@ def halves():
   return bs.split_mesh(jax.devices(), (4, 4))
 
 
+def state_on(mesh, value, name=None):
+  """A State created directly on ``mesh``, split over 'x'."""
+  return bs.sharded_init(lambda: bs.State(value, name, spec=P("x")),
+                         mesh=mesh)()
+
+
 @pytest.mark.parametrize("delay", [1, 10])
 def test_two_areas_on_two_sub_meshes_equal_one_spmd_program(delay):
   steps = 200
@@ -39,9 +45,7 @@ def test_two_areas_on_two_sub_meshes_equal_one_spmd_program(delay):
 
 def heavy_tasks():
   mesh_a, mesh_b = halves()
-  make = lambda mesh: bs.sharded_init(  # noqa: E731
-      lambda: bs.State(jnp.eye(256), spec=P("x")), mesh=mesh)()
-  wa, wb = make(mesh_a), make(mesh_b)
+  wa, wb = state_on(mesh_a, jnp.eye(256)), state_on(mesh_b, jnp.eye(256))
 
   def body(w):
     def work(x):
@@ -52,13 +56,12 @@ def heavy_tasks():
     return work
   ta = bs.task(body(wa), mesh=mesh_a, in_specs=P(), out_specs=P())
   tb = bs.task(body(wb), mesh=mesh_b, in_specs=P(), out_specs=P())
-  return ta, tb, jnp.full((256, 256), 0.01)
+  x = jnp.full((256, 256), 0.01)
+  return [(t, jax.device_put(x, NamedSharding(t.mesh, P()))) for t in (ta, tb)]
 
 
 def test_task_loop_never_waits_for_devices_nor_goes_through_the_host():
-  ta, tb, x = heavy_tasks()
-  xa = jax.device_put(x, NamedSharding(ta.mesh, P()))
-  xb = jax.device_put(x, NamedSharding(tb.mesh, P()))
+  (ta, xa), (tb, xb) = heavy_tasks()
   jax.block_until_ready((ta(xa), tb(xb)))  # compiled
   with jax.transfer_guard_device_to_host("disallow"):
     outs = []
@@ -71,8 +74,7 @@ def test_task_loop_never_waits_for_devices_nor_goes_through_the_host():
 
 def test_arguments_from_another_mesh_are_moved_and_outputs_stay():
   mesh_a, mesh_b = halves()
-  va = bs.sharded_init(lambda: bs.State(jnp.zeros(8), spec=P("x")),
-                       mesh=mesh_a)()
+  va = state_on(mesh_a, jnp.zeros(8))
   task_a = bs.task(lambda d: va.value + d, mesh=mesh_a,
                    in_specs=P("x"), out_specs=P("x"))
   on_b = jax.device_put(jnp.arange(8.0), NamedSharding(mesh_b, P("x")))
@@ -85,10 +87,8 @@ def test_arguments_from_another_mesh_are_moved_and_outputs_stay():
 
 def test_state_on_another_mesh_is_an_error_naming_it_unless_moved():
   mesh_a, mesh_b = halves()
-  w = bs.sharded_init(lambda: bs.State(jnp.ones(8), "w", spec=P("x")),
-                      mesh=mesh_b)()
-  v = bs.sharded_init(lambda: bs.State(jnp.zeros(8), "v", spec=P("x")),
-                      mesh=mesh_a)()
+  w = state_on(mesh_b, jnp.ones(8), "w")
+  v = state_on(mesh_a, jnp.zeros(8), "v")
   before_v, before_w = v.value, w.value
 
   def step():
@@ -119,18 +119,14 @@ def test_split_mesh_and_check_disjoint():
 
 def test_describe_says_which_devices_hold_each_state():
   a, b = halves()
-  va = bs.sharded_init(lambda: bs.State(jnp.zeros(8), "va", spec=P("x")),
-                       mesh=a)()
-  vb = bs.sharded_init(lambda: bs.State(jnp.zeros(8), "vb", spec=P("x")),
-                       mesh=b)()
+  va = state_on(a, jnp.zeros(8), "va")
+  vb = state_on(b, jnp.zeros(8), "vb")
   text = str(bs.describe([va, vb]))
   assert "4 (0-3)" in text and "4 (4-7)" in text
 
 
 def test_run_tasks_counts_blocks_as_devices_finish_them(capsys):
-  ta, tb, x = heavy_tasks()
-  xa = jax.device_put(x, NamedSharding(ta.mesh, P()))
-  xb = jax.device_put(x, NamedSharding(tb.mesh, P()))
+  (ta, xa), (tb, xb) = heavy_tasks()
 
   def step(*_):
     return ta(xa), tb(xb)

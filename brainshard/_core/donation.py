@@ -109,11 +109,7 @@ def _children(node: Any) -> list | None:
   hide a reference the user holds to that object.
   """
   t = type(node)
-  if t is dict:
-    return list(node.values())
-  if t is list or t is tuple:
-    return list(node)
-  if isinstance(node, tuple):
+  if t is list or isinstance(node, tuple):
     return list(node)
   if isinstance(node, dict):
     return list(node.values())
