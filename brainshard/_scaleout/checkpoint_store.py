@@ -273,17 +273,28 @@ def save_tree(path: str, version: str, tree: dict, manifest: dict,
   return handle
 
 
+# How long a process waits at a commit barrier for the others to finish
+# writing their shards (a large checkpoint on a slow file system).
+BARRIER_TIMEOUT_S = 3600
+
+
 def _commit(path: str, version: str, stage: int | None = None) -> None:
-  """Moves ``CURRENT`` to ``version`` once every process has written it."""
+  """Moves ``CURRENT`` to ``version`` once every process has written it.
+
+  The barriers go through the distributed runtime's key-value store, never
+  through the devices: an asynchronous save commits from a background
+  thread, and a device collective there (orbax's default barrier) can
+  interleave with the main thread's collectives in a different order on
+  each process and deadlock them all."""
   multi = jax.process_count() > 1
-  sync = orbax().multihost.sync_global_processes if multi else None
   name = f"brainshard_checkpoint_{next(_barriers) if stage is None else stage}"
   if multi:
-    sync(name + "_written")
+    sync = orbax().multihost.get_barrier_sync_fn()
+    sync(key=name + "_written", timeout_ms=BARRIER_TIMEOUT_S * 1000)
   if jax.process_index() == 0:
     write_pointer(path, version)
   if multi:
-    sync(name + "_current")
+    sync(key=name + "_current", timeout_ms=BARRIER_TIMEOUT_S * 1000)
 
 
 # ----------------------------------------------------------------------------
