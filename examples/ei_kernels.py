@@ -16,7 +16,7 @@ regenerated every step instead of stored.
 
 Example:
   >>> import jax.numpy as jnp
-  >>> t = presynaptic(jnp.arange(4), 10, n=100, n_exc=80, k=5, seed=0)
+  >>> t = presynaptic(jnp.arange(4), 5, n=100, n_exc=80, k=5, seed=0)
   >>> t.shape, bool((t[:, :4] < 80).all()), bool((t[:, 4:] >= 80).all())
   ((4, 5), True, True)
 """
@@ -28,7 +28,7 @@ import jax.numpy as jnp
 
 # Spikes delivered per step by the event-driven branches (the first that
 # fits runs; the last visits all n neurons).
-EVENT_SIZES = (16, 64, 256, 1024, 4096, 16384, 65536)
+EVENT_SIZES = (4, 16, 64, 256, 1024, 4096, 16384, 65536)
 
 
 def _hash(x):
@@ -87,24 +87,38 @@ def deliver_events(fired, indptr, indices, *, n_local, n_exc, max_degree,
   total = fired.sum()
   sizes = [s for s in sizes if s < n] + [n]
 
-  def visit(size):
-    return lambda: deliver(_first_fired(fired, size))
+  # A chain of conds, not one lax.switch over every size: the first test
+  # (the usual few spikes) decides, and on XLA:CPU a many-way switch costs
+  # about as much as the small delivery itself.
+  def branch(i):
+    if i == len(sizes) - 1:
+      return lambda: deliver(_first_fired(fired, sizes[i]))
+    return lambda: jax.lax.cond(total <= sizes[i],
+                                lambda: deliver(_first_fired(fired, sizes[i])),
+                                branch(i + 1))
 
-  branch = sum((total > s).astype(jnp.int32) for s in sizes[:-1])
-  counts = jax.lax.switch(branch, [visit(s) for s in sizes])
+  counts = branch(0)()
   return counts[:n_local], counts[n_local:2 * n_local]
 
 
-def _first_fired(fired, size):
+def _first_fired(fired, size, block=16):
   """``size`` ids that include every neuron that fired (when at most
-  ``size`` did), ``n`` for none. For small sizes ``lax.top_k`` is about 2x
-  faster than ``jnp.nonzero`` on a CPU (no cumulative sum over all n); the
-  order does not matter, the counts are integers."""
+  ``size`` did), ``n`` for none. The order does not matter (the counts are
+  integers). Two ``lax.top_k`` calls over blocks of ``block`` neurons, first
+  the blocks with a spike, then the neurons in those: on a CPU 3-7x faster
+  than one ``top_k`` over all n, which is itself about 2x faster than
+  ``jnp.nonzero`` (a cumulative sum over all n) for small sizes."""
   n = fired.shape[0]
-  if size <= 1024 and size < n:
+  if size > 1024 or size >= n:
+    return jnp.nonzero(fired, size=size, fill_value=n)[0]
+  if size * block >= n:
     val, idx = jax.lax.top_k(fired.astype(jnp.float32), size)
     return jnp.where(val > 0, idx, n)
-  return jnp.nonzero(fired, size=size, fill_value=n)[0]
+  n_blocks = -(-n // block)
+  blocks = jnp.pad(fired, (0, n_blocks * block - n)).reshape(n_blocks, block)
+  _, hit = jax.lax.top_k(blocks.any(1).astype(jnp.float32), size)
+  val, j = jax.lax.top_k(blocks[hit].ravel().astype(jnp.float32), size)
+  return jnp.where(val > 0, hit[j // block] * block + j % block, n)
 
 
 def deliver_pull(fired, rows, *, n, n_exc, k, seed):

@@ -14,15 +14,29 @@ def _brian2():
   return brian2
 
 
+# brian2 2.9's equation parser calls pyparsing names deprecated in pyparsing 3.3
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::DeprecationWarning:brian2.*",
+    "ignore::DeprecationWarning:pyparsing.*")
+
+
 @pytest.mark.slow
 def test_cuba_statistics_match_brian2():
   _brian2()
   from benchmarks import bench_brian2, _ei
-  rows = {}
+  rows, rasters = {}, {}
   for impl, make in (("brainshard", _ei.brainshard_run),
                      ("brian2", bench_brian2.brian2_run)):
     _, run = make("cuba", 4000, seed=0)
-    rows[impl] = _ei.stats(run(500.0), 0.1)
+    rasters[impl] = run(500.0)
+    rows[impl] = _ei.stats(rasters[impl], 0.1)
+  # Spike for spike until float32 (brainshard) and float64 (Brian2) rounding
+  # first puts a neuron on different sides of the threshold (step 37 here):
+  # the same connectivity, initial conditions, update order and refractory
+  # convention.
+  first = rasters["brainshard"][:30]
+  assert first.sum() > 100
+  assert (first == rasters["brian2"][:30]).all()
   bs_, b2 = rows["brainshard"], rows["brian2"]
   assert 3.0 <= bs_["rate_hz"] <= 10.0
   assert b2["rate_hz"] == pytest.approx(bs_["rate_hz"], rel=0.2)
