@@ -12,9 +12,12 @@ per simulated block measured interleaved in this process:
   at once; 1.0 = not at all. On faked CPU devices all "devices" share the
   host's cores, so expect little speed-up there; on a GPU pair it is the
   figure that matters.
-- ``concurrent``: from per-device start and end times (``jax.debug.callback``
-  at the start and end of each task's program), the fraction of the shorter
-  task's run during which the other task's devices were also running.
+- ``concurrent``: from a ``jax.profiler`` trace of two tasks on 1+1 and on
+  4+4 devices (when each device ran), the fraction of the shorter task's run
+  during which the other task's devices were also running. XLA:CPU launches
+  programs that span several devices one at a time (its CPU client orders
+  them so that their collectives cannot deadlock a fixed thread pool), so on
+  faked CPU devices only one-device tasks overlap; GPUs have no such rule.
 
 Usage:  python -m benchmarks.bench_task [--steps 400] [--repeats 7]
 """
@@ -24,7 +27,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 for _p in (_ROOT, os.path.join(_ROOT, "examples")):
@@ -80,43 +82,32 @@ def overlap(steps: int, delay: int, repeats: int) -> float:
   return (t["A"] + t["B"]) / t["both"]
 
 
-def device_intervals(steps: int = 4000, repeats: int = 3) -> dict:
-  """When each task's device work ran: every device of each task records
-  the host clock when its program starts (on the input) and ends (on the
-  result), through ``jax.debug.callback``. Returns the two tasks' intervals
-  and the fraction of the shorter one during which the other also ran."""
+def device_intervals(per_task: int, repeats: int = 3) -> dict:
+  """When each task's devices ran, from a ``jax.profiler`` trace
+  (benchmarks/_trace.py): two tasks of the same matmul loop on
+  ``per_task`` devices each, dispatched back to back. Returns the fraction
+  of the shorter task's run during which the other's devices also ran
+  (best of ``repeats`` traces)."""
   import brainshard as bs
   from jax.sharding import NamedSharding, PartitionSpec as P
-  mesh_a, mesh_b = bs.split_mesh(jax.devices(), (4, 4))
-  stamps: dict = {}
+  from benchmarks import _trace
+  meshes = bs.split_mesh(jax.devices()[:2 * per_task], (per_task, per_task))
 
-  def stamp(name, _):
-    stamps.setdefault(name, []).append(time.perf_counter())
-
-  def work(name):
-    def body(x):
-      jax.debug.callback(stamp, name + " start", x.sum())
-      def step(_, y):
-        return jnp.tanh(y @ y * 0.01)
-      y = jax.lax.fori_loop(0, steps // 100, step, x)
-      jax.debug.callback(stamp, name + " end", y.sum())
-      return y
-    return body
-  x = jnp.full((128, 128), 0.01)
-  tasks = [(bs.task(work(n), mesh=m, in_specs=P(), out_specs=P()),
-            jax.device_put(x, NamedSharding(m, P())))
-           for n, m in (("A", mesh_a), ("B", mesh_b))]
-  for t, xi in tasks:  # compiled
-    jax.block_until_ready(t(xi))
+  def body(x):
+    return jax.lax.fori_loop(0, 100, lambda _, y: jnp.tanh(y @ y * 0.01), x)
+  x = jnp.full((256, 256), 0.01)
+  tasks = [(bs.task(body, mesh=m, in_specs=P(), out_specs=P()),
+            jax.device_put(x, NamedSharding(m, P()))) for m in meshes]
+  jax.block_until_ready([t(xi) for t, xi in tasks])  # compiled
+  groups = [[d.id for d in m.devices.flat] for m in meshes]
   best = 0.0
   for _ in range(repeats):
-    stamps.clear()
-    jax.block_until_ready([t(xi) for t, xi in tasks])
-    a = (min(stamps["A start"]), max(stamps["A end"]))
-    b = (min(stamps["B start"]), max(stamps["B end"]))
-    both = max(0.0, min(a[1], b[1]) - max(a[0], b[0]))
-    best = max(best, both / min(a[1] - a[0], b[1] - b[0]))
-  return dict(A=a, B=b, overlap_fraction=best)
+    busy = _trace.device_intervals(
+        lambda: jax.block_until_ready([t(xi) for t, xi in tasks]))
+    if not busy:
+      return dict(overlap_fraction=float("nan"))
+    best = max(best, _trace.overlap_fraction(busy, *groups))
+  return dict(overlap_fraction=best)
 
 
 def main(argv=None) -> dict:
@@ -140,11 +131,11 @@ def main(argv=None) -> dict:
   out["overlap"] = overlap(args.steps, 10, args.repeats)
   print(f"  overlap (A alone + B alone) / (A and B together): "
         f"{out['overlap']:.2f} (2.0 = fully at once)")
-  iv = device_intervals()
-  out["concurrent_fraction"] = iv["overlap_fraction"]
-  print(f"  device work of A and B at the same time: "
-        f"{iv['overlap_fraction']:.0%} of the shorter task's run (per-device "
-        "start/end times from jax.debug.callback)")
+  for per_task in sorted({1, len(jax.devices()) // 2}):
+    frac = device_intervals(per_task)["overlap_fraction"]
+    out[f"concurrent_fraction {per_task}+{per_task}"] = frac
+    print(f"  tasks on {per_task}+{per_task} devices: device work at the same "
+          f"time {frac:.0%} of the shorter task's run (jax.profiler trace)")
   return out
 
 

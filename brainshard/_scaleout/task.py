@@ -163,11 +163,10 @@ class Task:
     return self._jit(*args, **kwargs)
 
   def states(self, *args, **kwargs) -> tuple[State, ...]:
-    """The States a call with these arguments reads (traced once, abstractly,
-    and cached: the call itself reuses the trace)."""
-    program = self._jit._core.program
-    if program is not None:
-      return program.reads
+    """The States a call with these arguments reads (traced once per
+    signature, abstractly, and cached; the call itself reuses the trace).
+    Per signature, not the compiled program's: a new argument shape may
+    take a branch that reads a State the program has not seen yet."""
     return tuple(self._jit.stateful.discover(*args, **kwargs).read_states)
 
   # -- arguments from other meshes ------------------------------------------
