@@ -1,7 +1,7 @@
 """The E/I network for the scale benchmarks: the brainshard example
-(examples/cuba.py) and a hand-written pure-JAX program with the same
-connectivity representation and algorithm (the same kernels), plus the
-spike statistics every implementation is compared on.
+(examples/cuba.py), a hand-written pure-JAX program and a brainstate
+program with the same connectivity representation and algorithm (the same
+kernels), plus the spike statistics every implementation is compared on.
 
 Example:
   >>> import numpy as np
@@ -60,17 +60,16 @@ def brainshard_run(model: str, n: int, k: int = 80, devices: int = 1,
   return time.perf_counter() - t0, net.run
 
 
-def pure_run(model: str, n: int, k: int = 80, connectivity: str = "stored",
-             seed: int = 0, chunk: int = 1000):
-  """The same network as one ``jax.jit(lax.scan)`` per chunk of steps on
-  one device, with the example's kernels; returns
-  ``(build_s, run(ms) -> spikes)``."""
+def _network(model: str, n: int, k: int, connectivity: str, seed: int):
+  """The example's parameters, its one-step transition of the carry
+  ``(v, ge, gi, ref, inputs)`` as a pure function ``one(carry) -> (carry,
+  spikes)`` with the example's kernels, and the initial carry (the
+  example's initial conditions)."""
   import jax
   import jax.numpy as jnp
   import cuba
   import ei_kernels as ek
   p = cuba.Params(model=model, n=n, k=k)
-  t0 = time.perf_counter()
   if connectivity == "stored":
     pre = jax.jit(lambda: ek.presynaptic(jnp.arange(n), k, n=n,
                                          n_exc=p.n_exc, k=k, seed=seed))()
@@ -92,32 +91,87 @@ def pure_run(model: str, n: int, k: int = 80, connectivity: str = "stored",
     v0 = jnp.asarray(rng.normal(-55.0, 5.0, size=n), jnp.float32)
     ge0 = jnp.asarray(rng.normal(4.0, 1.5, size=n), jnp.float32)
     gi0 = jnp.asarray(rng.normal(20.0, 12.0, size=n), jnp.float32)
-  carry = [(v0, ge0, gi0, jnp.zeros(n, jnp.int32),
-            jnp.zeros((2, n), jnp.int32))]
+  carry = (v0, ge0, gi0, jnp.zeros(n, jnp.int32), jnp.zeros((2, n), jnp.int32))
 
-  def one(c, _):
+  def one(c):
     v, ge, gi, ref, inp = c
     v, ge, gi, ref, spikes = cuba.neuron_update(p, v, ge, gi, ref, inp[0],
                                                 inp[1])
     return (v, ge, gi, ref, jnp.stack(count(spikes))), spikes
 
-  programs = {}
+  return p, one, carry
+
+
+def _chunked(dt: float, chunk: int, make):
+  """``run(ms) -> spikes``: ``ms`` in chunks of at most ``chunk`` steps;
+  ``make(length)`` compiles a chunk of that many steps once, as a callable
+  that runs it and returns its spikes."""
+  chunks = {}
 
   def run(ms):
-    steps = int(round(ms / p.dt))
+    steps = int(round(ms / dt))
     out = []
     for length in [chunk] * (steps // chunk) + ([steps % chunk] if steps % chunk else []):
-      prog = programs.get(length)
-      if prog is None:
-        prog = programs[length] = jax.jit(
-            lambda c, L=length: jax.lax.scan(one, c, None, length=L),
-            donate_argnums=0)
-      carry[0], s = prog(carry[0])
-      out.append(s)
+      if length not in chunks:
+        chunks[length] = make(length)
+      out.append(chunks[length]())
     return np.concatenate([np.asarray(s) for s in out])
 
+  return run
+
+
+def pure_run(model: str, n: int, k: int = 80, connectivity: str = "stored",
+             seed: int = 0, chunk: int = 1000):
+  """The same network as one ``jax.jit(lax.scan)`` per chunk of steps on
+  one device, with the example's kernels; returns
+  ``(build_s, run(ms) -> spikes)``."""
+  import jax
+  t0 = time.perf_counter()
+  p, one, init = _network(model, n, k, connectivity, seed)
+  carry = [init]
+
+  def make(length):
+    scan = jax.jit(lambda c: jax.lax.scan(lambda c, _: one(c), c, None,
+                                          length=length), donate_argnums=0)
+
+    def run_chunk():
+      carry[0], spikes = scan(carry[0])
+      return spikes
+
+    return run_chunk
+
   jax.block_until_ready(carry[0])
-  return time.perf_counter() - t0, run
+  return time.perf_counter() - t0, _chunked(p.dt, chunk, make)
+
+
+def brainstate_run(model: str, n: int, k: int = 80,
+                   connectivity: str = "stored", seed: int = 0,
+                   chunk: int = 1000):
+  """The same network written the brainstate way: its five variables are
+  ``brainstate.ShortTermState``s, one step reads and writes them, and each
+  chunk of steps is ``brainstate.transform.jit(brainstate.transform.for_loop)``
+  (one device); returns ``(build_s, run(ms) -> spikes)``."""
+  import brainstate
+  import jax
+  import jax.numpy as jnp
+  t0 = time.perf_counter()
+  p, one, init = _network(model, n, k, connectivity, seed)
+  states = [brainstate.ShortTermState(x) for x in init]
+
+  def step(_):
+    new, spikes = one(tuple(s.value for s in states))
+    for s, x in zip(states, new):
+      s.value = x
+    return spikes
+
+  def make(length):
+    loop = brainstate.transform.jit(
+        lambda xs: brainstate.transform.for_loop(step, xs))
+    xs = jnp.arange(length)
+    return lambda: loop(xs)
+
+  jax.block_until_ready([s.value for s in states])
+  return time.perf_counter() - t0, _chunked(p.dt, chunk, make)
 
 
 def time_run(run, duration_ms: float, warm_ms: float | None = None,

@@ -14,12 +14,6 @@ def _brian2():
   return brian2
 
 
-# brian2 2.9's equation parser calls pyparsing names deprecated in pyparsing 3.3
-pytestmark = pytest.mark.filterwarnings(
-    "ignore::DeprecationWarning:brian2.*",
-    "ignore::DeprecationWarning:pyparsing.*")
-
-
 @pytest.mark.slow
 def test_cuba_statistics_match_brian2():
   _brian2()

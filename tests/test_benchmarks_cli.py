@@ -82,3 +82,35 @@ def test_guide_sections_render_the_benchmark_scripts_figures():
   text = "\n".join(bench_guides.render_guides(rows))
   assert "## 9. Ensembles" in text and "| step | brainshard | 2.00 | 1.90 | 0.200 ms |" in text
   assert "## 8." not in text  # no autodiff rows, no section
+
+
+def test_scale_keeps_each_fastest_and_reports_failures(monkeypatch):
+  """``--scale`` interleaves the implementations' processes and keeps each
+  one's fastest; a run that failed (out of memory, peer missing) stays in
+  the table as 'failed' with its error, not silently dropped."""
+  from benchmarks import bench_scale
+  times = {"brainshard": [0.30, 0.10, 0.20], "pure": [0.12, 0.11, 0.50]}
+  calls = []
+
+  def fake_child(argv, devices=1):
+    impl, model, n, ms = argv
+    calls.append(impl)
+    if impl == "brainstate":
+      return dict(impl=impl, model=model, n=n, devices=1, delay=1,
+                  exchange="step", error="RESOURCE_EXHAUSTED: out of memory")
+    return dict(impl=impl, model=model, n=n, devices=1, delay=1,
+                exchange="step", s_per_sim_s=times[impl].pop(0),
+                peak_bytes=2**20, build_s=0.0, rate_hz=5.0, isi_cv=0.5,
+                active=1.0)
+
+  monkeypatch.setattr(bench_scale, "child", fake_child)
+  monkeypatch.setattr(bench_scale, "plan", lambda gpu, quick: [(4000, 1.0)])
+  rows = bench_scale.scale_rows(False, False, rounds=3)
+  assert calls == ["brainshard", "pure", "brainstate"] * 3
+  by = {r["impl"]: r for r in rows}
+  assert by["brainshard"]["s_per_sim_s"] == 0.10
+  assert by["pure"]["s_per_sim_s"] == 0.11
+  text = bench_scale.markdown(rows, [], quick=False)
+  row = next(line for line in text.splitlines() if line.startswith("| 4,000"))
+  assert row.split(" | ")[1:5] == ["0.100", "0.91", "0.110", "failed"]
+  assert "- brainstate, N = 4,000: `RESOURCE_EXHAUSTED: out of memory`" in text
