@@ -24,6 +24,7 @@ from __future__ import annotations
 import glob
 import re
 import tempfile
+import warnings
 from typing import Callable
 
 import jax
@@ -51,7 +52,7 @@ def device_intervals(fn: Callable[[], object]) -> dict[int, list[tuple]]:
         if gpu:
           dev = by_ordinal.get(int(gpu.group(1)), int(gpu.group(1)))
         elif ev.name.startswith(_CPU_RUN):
-          ordinal = dict(ev.stats).get("device_ordinal")
+          ordinal = _stats(ev).get("device_ordinal")
           if ordinal is None:
             continue
           dev = by_ordinal.get(int(ordinal), int(ordinal))
@@ -60,6 +61,17 @@ def device_intervals(fn: Callable[[], object]) -> dict[int, list[tuple]]:
         busy.setdefault(dev, []).append(
             (ev.start_ns * 1e-9, (ev.start_ns + ev.duration_ns) * 1e-9))
   return {d: _merged(iv) for d, iv in busy.items()}
+
+
+def _stats(event) -> dict:
+  # jaxlib builds the nanobind type of ``event.stats`` on first use without
+  # a ``__module__``, which Python 3.12 reports as a DeprecationWarning (and
+  # nanobind turns into a fatal error where warnings are errors): jaxlib's
+  # to fix, not ours.
+  with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", "builtin type event_stats",
+                            DeprecationWarning)
+    return dict(event.stats)
 
 
 def _merged(intervals: list[tuple]) -> list[tuple]:

@@ -247,7 +247,15 @@ def save_tree(path: str, version: str, tree: dict, manifest: dict,
       ckpt.save(target, args=args)
     _commit(path, version)
     return handle
-  ckpt = ocp.AsyncCheckpointer(ocp.CompositeCheckpointHandler())
+  # The version's directories are made here, not in orbax's background
+  # threads: from Python 3.12 a save left unwaited when the script ends
+  # cannot start threads, and a failed background directory creation leaves
+  # orbax's other background steps waiting for it (the process then hung for
+  # orbax's 300 s coordination timeout before exiting).
+  ckpt = ocp.AsyncCheckpointer(
+      ocp.CompositeCheckpointHandler(),
+      async_options=ocp.options.AsyncOptions(
+          create_directories_asynchronously=False))
   try:
     # Returns once the arrays are copied off the devices: later steps (even
     # ones that donate the States' buffers) cannot change what is written.
