@@ -99,15 +99,17 @@ def fastest(cases: list[list], rounds: int, devices: int = 1) -> list[dict]:
   """``rounds`` rounds of one process per case, interleaved (A B C A B C
   ...), keeping each case's fastest run: on a shared machine a slow spell
   then hits every case alike rather than whichever ran during it. A case
-  whose every run failed is its last error row."""
+  whose first run fails (out of memory, say) is its error row and is not
+  run again."""
   best: list[dict | None] = [None] * len(cases)
   for _ in range(rounds):
     for i, argv in enumerate(cases):
+      if best[i] is not None and "error" in best[i]:
+        continue
       r = child(argv, devices=devices)
       print(_line(r), flush=True)
-      old = best[i]
-      if old is None or "error" in old or (
-          "error" not in r and r["s_per_sim_s"] < old["s_per_sim_s"]):
+      if best[i] is None or (
+          "error" not in r and r["s_per_sim_s"] < best[i]["s_per_sim_s"]):
         best[i] = r
   return best
 
