@@ -110,8 +110,9 @@ def _chunked(dt: float, chunk: int, make):
 
   def run(ms):
     steps = int(round(ms / dt))
+    lengths = [chunk] * (steps // chunk) + [steps % chunk] * bool(steps % chunk)
     out = []
-    for length in [chunk] * (steps // chunk) + ([steps % chunk] if steps % chunk else []):
+    for length in lengths:
       if length not in chunks:
         chunks[length] = make(length)
       out.append(chunks[length]())

@@ -2,7 +2,8 @@
 memory for N = 4k, 40k, 400k (and 4M on a GPU), brainshard beside a
 hand-written pure-JAX program and a brainstate program with the same
 connectivity representation and algorithm; the 8-device spike exchange
-every step vs every ``D`` steps (min-delay rule); and, with ``--gpu``, every GPU row of issues 14 and 16.
+every step vs every ``D`` steps (min-delay rule); and, with ``--gpu``,
+every GPU row of issues 14 and 16.
 
 ``python -m benchmarks --scale [--quick]`` writes
 ``benchmarks/results/scale.md`` (a markdown table naming the machine, which
@@ -21,6 +22,7 @@ Example (the child measurement, in-process, tiny):
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import pathlib
@@ -77,11 +79,9 @@ def child(argv: list[str], devices: int = 1) -> dict:
   if proc.returncode:
     print(proc.stderr[-2000:], file=sys.stderr)
     last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
-    impl, model, n, *rest = argv
-    return dict(impl=impl, model=model, n=n, devices=devices,
-                delay=rest[2] if len(rest) > 2 else 1,
-                exchange=rest[3] if len(rest) > 3 else "step",
-                error=last[:200])
+    case = inspect.signature(measure).bind(*argv)
+    case.apply_defaults()
+    return dict(case.arguments, error=last[:200])
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -149,12 +149,12 @@ def machine() -> str:
           f"{dev.platform} ({dev.device_kind}), jax {jax.__version__}")
 
 
-def _version(dist: str) -> str:
-  from importlib import metadata
-  try:
-    return f"{dist} {metadata.version(dist)}"
-  except metadata.PackageNotFoundError:
-    return f"{dist} (not installed)"
+def _labels() -> dict[str, str]:
+  """Each implementation's name in the table and the plot."""
+  from benchmarks import _peers
+  version = _peers.versions().get("brainstate", "(not importable)")
+  return {"brainshard": "brainshard", "pure": "pure JAX",
+          "brainstate": f"brainstate {version}"}
 
 
 def markdown(rows: list[dict], ex: list[dict], quick: bool,
@@ -162,8 +162,7 @@ def markdown(rows: list[dict], ex: list[dict], quick: bool,
   """The table docs/scale.md includes: time and peak memory per size and
   implementation, each time also as a ratio to pure JAX; failed runs are
   listed under it with their error."""
-  names = {"brainshard": "brainshard", "pure": "pure JAX",
-           "brainstate": _version("brainstate")}
+  names = _labels()
   head = ["N"]
   for impl in IMPLS:
     head += [f"{names[impl]} s/sim-s"] + ([] if impl == "pure" else ["/ pure"])
@@ -207,12 +206,12 @@ def plot(rows: list[dict], path: pathlib.Path) -> None:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   fig, ax = plt.subplots(figsize=(5, 3.5))
-  labels = {"pure": "pure JAX", "brainstate": _version("brainstate")}
+  labels = _labels()
   for impl in IMPLS:
     pts = sorted((r["n"], r["s_per_sim_s"]) for r in rows
                  if r["impl"] == impl and "error" not in r)
     if pts:
-      ax.loglog(*zip(*pts), "o-", label=labels.get(impl, impl))
+      ax.loglog(*zip(*pts), "o-", label=labels[impl])
   ax.set_xlabel("neurons")
   ax.set_ylabel("s per simulated second")
   ax.set_title("CUBA, fixed in-degree 80")

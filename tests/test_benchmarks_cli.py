@@ -116,3 +116,11 @@ def test_scale_keeps_each_fastest_and_reports_failures(monkeypatch):
   row = next(line for line in text.splitlines() if line.startswith("| 4,000"))
   assert row.split(" | ")[1:5] == ["0.100", "0.91", "0.110", "failed"]
   assert "- brainstate, N = 4,000: `RESOURCE_EXHAUSTED: out of memory`" in text
+
+
+def test_a_failed_scale_run_is_a_row_naming_its_case_and_error():
+  from benchmarks import bench_scale
+  r = bench_scale.child(["brainshard", "cuba", 40, 1.0, 1, 1, "step", "bogus"])
+  assert r["error"].startswith("ValueError: connectivity must be")
+  assert (r["impl"], r["n"], r["devices"], r["delay"], r["connectivity"]) == \
+      ("brainshard", 40, 1, 1, "bogus")
