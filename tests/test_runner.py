@@ -7,6 +7,7 @@ import io
 import logging
 import os
 import signal
+import sys
 import time
 
 import jax
@@ -406,3 +407,96 @@ def test_step_with_the_global_step_index():
   np.testing.assert_array_equal(got, np.asarray(v.value))
   np.testing.assert_array_equal(res.s.steps, np.nonzero(raster)[0])
   np.testing.assert_array_equal(res.i.values, raster.sum(1)[4::5])
+
+
+def _press_twice_during_dispatch(runner, chunks):
+  """Ctrl-C twice while the runner dispatches the chunk after ``chunks``
+  recorded ones (inside its compaction queueing): the second signal lands
+  while a chunk is being handed out."""
+  dispatch = runner.recorder.dispatch
+
+  def dispatch_and_press(out):
+    if runner.chunks_done == chunks:
+      os.kill(os.getpid(), signal.SIGINT)
+      os.kill(os.getpid(), signal.SIGINT)
+    return dispatch(out)
+  runner.recorder.dispatch = dispatch_and_press
+
+
+def test_a_second_sigint_during_dispatch_rolls_the_states_back():
+  v, step, rng = make_net(noise=True)
+  runner = bs.Runner(step, monitors(v), chunk=32, progress=False)
+  _press_twice_during_dispatch(runner, 2)
+  with pytest.raises(KeyboardInterrupt):
+    runner.run(32 * 120)
+  done = runner.step_count
+  assert done == runner.result.steps and done in (64, 96)
+  assert_matches_reference(runner.result, v, done, noise=True, rng=rng)
+
+
+def test_two_sigints_at_any_moment_leave_states_and_records_consistent():
+  """Two Ctrl-Cs land at seeded random moments of a run (counted in Python
+  calls, so every trial is reproducible): whatever they cut, the States end
+  as after the steps the records cover."""
+  v, step, rng = make_net(noise=True)
+  n = 32 * 6
+  v0, key0 = v.value, rng.value
+
+  def ref():
+    s = step()
+    return s, v.value, jax.random.key_data(rng.value)
+  raster, vs, keys = map(np.asarray, bs.jit(
+      lambda: bs.for_loop(ref, length=n))())
+  v.value, rng.value = v0, key0
+  runner = bs.Runner(step, {"spikes": bs.SpikeMonitor(),
+                            "v": bs.StateMonitor(v, index=IDX)},
+                     chunk=32, progress=False)
+  runner.run(n)  # compiles
+  calls = [0]
+
+  def count(frame, event, arg):
+    calls[0] += 1
+  sys.setprofile(count)
+  try:
+    runner.run(n)  # how many calls a compiled run makes
+  finally:
+    sys.setprofile(None)
+  total = calls[0]
+  draw = np.random.default_rng(0)
+  previous = signal.signal(signal.SIGINT, lambda *a: None)  # stray presses
+  try:
+    for _ in range(16):
+      v.value, rng.value = v0, key0
+      runner.step_count, runner.target = 0, None
+      runner.reset_records()
+      # The second press mostly soon after the first: a press stops new
+      # dispatches, so the moments that matter follow it closely.
+      first = int(draw.integers(0, total))
+      second = first + int(draw.choice([draw.integers(1, 300),
+                                        draw.integers(1, total)]))
+      calls[0] = 0
+
+      def press(frame, event, arg, first=first, second=second):
+        calls[0] += 1
+        if calls[0] in (first, second):
+          os.kill(os.getpid(), signal.SIGINT)
+      sys.setprofile(press)
+      try:
+        runner.run(n)
+      except KeyboardInterrupt:
+        pass
+      finally:
+        sys.setprofile(None)
+      done = runner.step_count
+      assert done == runner.result.steps and done % 32 == 0
+      want_v = vs[done - 1] if done else np.asarray(v0)
+      np.testing.assert_array_equal(np.asarray(v.value), want_v)
+      want_key = keys[done - 1] if done else jax.random.key_data(key0)
+      np.testing.assert_array_equal(jax.random.key_data(rng.value), want_key)
+      steps, neurons = np.nonzero(raster[:done])
+      np.testing.assert_array_equal(runner.result.spikes.steps, steps)
+      np.testing.assert_array_equal(runner.result.spikes.neurons, neurons)
+      np.testing.assert_array_equal(runner.result.v.values,
+                                    vs[:done][:, IDX])
+  finally:
+    signal.signal(signal.SIGINT, previous)

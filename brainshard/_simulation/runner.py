@@ -227,45 +227,44 @@ class Runner:
 
   def _chunks(self, loop: ChunkedLoop, n: int, stop: StopButton,
               bar: ChunkBar | None) -> None:
-    """Records each chunk as it finishes. A KeyboardInterrupt (a second
-    Ctrl-C) or an error leaves the States and records of the chunks recorded
-    so far: it is deferred while States or records are being written, and
-    the chunks not recorded are undone."""
+    """Records each chunk as it finishes. However the run ends (done, a
+    stop, a second Ctrl-C landing anywhere, an error), the States end as
+    they were after the last chunk whose records were kept: ``kept`` moves
+    on in the same critical section that keeps a chunk's records."""
     rec = self.recorder
     chunks = loop.iterate(n, start=self.step_count, stop=stop,
                           then=lambda out: (out, rec.dispatch(out)))
     writes = loop.written_states()
+    kept = [s.value for s in writes]
     try:
       while True:
         with stop.critical():  # dispatches the next chunk (writes States)
           chunk = next(chunks, None)
         if chunk is None:
           break
-        try:
-          jax.block_until_ready(chunk.after)  # this chunk's steps are done
-          data = rec.collect(chunk.start, chunk.length, chunk.out[1])
-        except BaseException:
-          with stop.critical():
-            chunks.close()  # undoes the chunks dispatched after this one
-            restore(writes, chunk.before)
-          raise
+        jax.block_until_ready(chunk.after)  # this chunk's steps are done
+        data = rec.collect(chunk.start, chunk.length, chunk.out[1])
         with stop.critical():
           self._record(chunk, data, writes)
+          kept = chunk.after
+          if (self.checkpoint_every
+              and self.chunks_done % self.checkpoint_every == 0):
+            self._checkpoint(writes, chunk.after)
         if bar is not None:
           bar.update(chunk.length)
     finally:
       with stop.critical():
-        chunks.close()
+        chunks.close()  # drops the chunks dispatched ahead
+        restore(writes, kept)
 
   def _record(self, chunk: Any, data: dict, writes: tuple[State, ...]) -> None:
+    """Keeps one chunk's records and counts its steps."""
     for name, fields in data.items():
       for field, value in fields.items():
         self.result.store.append(name, field, value)
     self.step_count = chunk.start + chunk.length
     self.result.steps += chunk.length
     self.chunks_done += 1
-    if self.checkpoint_every and self.chunks_done % self.checkpoint_every == 0:
-      self._checkpoint(writes, chunk.after)
 
   def reset_records(self) -> None:
     """Forgets what was recorded; the next records start at this step."""
