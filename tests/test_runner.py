@@ -500,3 +500,43 @@ def test_two_sigints_at_any_moment_leave_states_and_records_consistent():
                                     vs[:done][:, IDX])
   finally:
     signal.signal(signal.SIGINT, previous)
+
+
+def test_a_new_runner_on_restored_states_continues_the_step_count(
+    tmp_path, capsys):
+  """States restored with bs.restore_states, then a new Runner with
+  start_step=meta['step']: its records carry on the global steps and times
+  (and every-M traces keep their phase), equal to the straight run's."""
+  v, step, rng = make_net(noise=True)
+  runner = bs.Runner(step, {}, dt=0.1, chunk=32, progress=False,
+                     checkpoint_every=2, checkpoint_dir=tmp_path,
+                     checkpoint_states={"v": v, "rng": rng})
+  runner.run(64)
+  v2, step2, rng2 = make_net(noise=True)
+  meta = bs.restore_states(tmp_path / "step_000000000064",
+                           {"v": v2, "rng": rng2})
+  again = bs.Runner(step2, monitors(v2), dt=0.1, chunk=32, progress=False,
+                    start_step=meta["step"])
+  assert "step 64, t = 6.4 ms" in repr(again)
+  res = again.run(40)
+  assert again.step_count == 104 and res.start == 64 and res.steps == 40
+  assert "(from step 64)" in repr(res)
+  _, raster, traces, means, _ = reference(104, noise=True)
+  steps, neurons = np.nonzero(raster)
+  np.testing.assert_array_equal(res.spikes.steps, steps[steps >= 64])
+  np.testing.assert_array_equal(res.spikes.neurons, neurons[steps >= 64])
+  np.testing.assert_allclose(res.spikes.times, steps[steps >= 64] * 0.1)
+  np.testing.assert_array_equal(res.rate.steps, np.arange(64, 104))
+  np.testing.assert_array_equal(res.rate.counts, raster[64:].sum(1))
+  np.testing.assert_array_equal(res.v.steps, np.arange(64, 104))
+  np.testing.assert_array_equal(res.v.values, traces[64:])
+  np.testing.assert_array_equal(res.mean.steps, np.arange(69, 104, 7))
+  np.testing.assert_array_equal(res.mean.values, means[69::7])
+  # Runner.restore does the same itself, and says where the run continues.
+  third = bs.Runner(step2, {}, dt=0.1, chunk=32, progress=False,
+                    checkpoint_dir=tmp_path,
+                    checkpoint_states={"v": v2, "rng": rng2})
+  assert third.restore()["step"] == 64
+  assert "continues at step 64 (t = 6.4 ms)" in capsys.readouterr().err
+  with pytest.raises(ValueError, match="start_step must be a non-negative"):
+    bs.Runner(step2, {}, start_step=-1)

@@ -146,7 +146,8 @@ class Result:
 
   def __repr__(self) -> str:
     parts = ", ".join(f"{n}: {self._describe(n)}" for n in self._kinds)
-    return (f"<Result: {self.steps} steps (from {self.start}), dt={self.dt}"
+    return (f"<Result: {self.steps} steps (from step {self.start}), "
+            f"dt={self.dt}"
             f"{', interrupted' if self.interrupted else ''}; {parts}>")
 
   def _describe(self, name: str) -> str:

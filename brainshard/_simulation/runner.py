@@ -64,6 +64,10 @@ class Runner:
     on_interrupt: after Ctrl-C stopped a run at a chunk boundary,
       ``'return'`` the result (``result.interrupted`` is True) or
       ``'raise'`` ``KeyboardInterrupt``.
+    start_step: the global index of the first step (default 0): the step
+      count, the records' steps and times, ``step(i)`` and checkpoint names
+      continue from it, e.g. on States restored with ``bs.restore_states``
+      from a checkpoint of step 640 (:meth:`restore` sets it itself).
 
   Example:
     >>> import brainshard as bs, jax.numpy as jnp
@@ -89,7 +93,7 @@ class Runner:
                checkpoint_every: int | None = None,
                checkpoint_dir: str | os.PathLike | None = None,
                checkpoint_states: Mapping[str, State] | None = None,
-               on_interrupt: str = "return"):
+               on_interrupt: str = "return", start_step: int = 0):
     if on_interrupt not in ("return", "raise"):
       raise ValueError(
           f"on_interrupt must be 'return' or 'raise', got {on_interrupt!r}")
@@ -112,15 +116,26 @@ class Runner:
                            else os.fspath(checkpoint_dir))
     self.checkpoint_states = checkpoint_states
     self.on_interrupt = on_interrupt
-    self.step_count = 0       # steps run so far (the next step's index)
+    if (isinstance(start_step, bool) or not isinstance(start_step, (
+        int, np.integer)) or start_step < 0):
+      raise ValueError("Runner: start_step must be a non-negative int (the "
+                       f"index of the first step), got {start_step!r}")
+    self.step_count = int(start_step)  # the next step's global index
     self.target: int | None = None
     self._loop: ChunkedLoop | None = None
     self.chunks_done = 0
     kinds = {n: _KINDS[type(m)] for n, m in self.recorder.monitors.items()}
     self.result = Result(kinds, {}, dt if dt is not None else 1.0, Store(store))
+    self.result.start = self.step_count
 
   def __repr__(self) -> str:
-    return f"<bs.Runner({self.name}), step {self.step_count}>"
+    t = "" if self.dt is None else f", t = {self.time:g} ms"
+    return f"<bs.Runner({self.name}), step {self.step_count}{t}>"
+
+  @property
+  def time(self) -> float | None:
+    """The simulated time reached (ms): ``step_count * dt``."""
+    return None if self.dt is None else self.step_count * self.dt
 
   # -- planning ----------------------------------------------------------------
 
@@ -304,8 +319,9 @@ class Runner:
 
   def restore(self, path: str | os.PathLike | None = None) -> dict:
     """Restores the States from a checkpoint (default: the newest one in
-    ``checkpoint_dir``) and continues counting steps from it. Returns the
-    checkpoint's metadata. The records start afresh from that step."""
+    ``checkpoint_dir``) and continues counting steps from it; says on
+    stderr where the run continues. Returns the checkpoint's metadata. The
+    records start afresh from that step (their steps and times go on)."""
     if path is None:
       if self.checkpoint_dir is None or not os.path.isdir(self.checkpoint_dir):
         raise FileNotFoundError("Runner.restore: no checkpoint_dir to look in")
@@ -319,4 +335,7 @@ class Runner:
     self.step_count = int(meta["step"])
     self.target = None
     self.reset_records()
+    t = "" if self.dt is None else f" (t = {self.time:g} ms)"
+    print(f"bs.Runner: restored {os.fspath(path)}; the run continues at step "
+          f"{self.step_count}{t}.", file=sys.stderr)
     return meta
