@@ -540,3 +540,32 @@ def test_a_new_runner_on_restored_states_continues_the_step_count(
   assert "continues at step 64 (t = 6.4 ms)" in capsys.readouterr().err
   with pytest.raises(ValueError, match="start_step must be a non-negative"):
     bs.Runner(step2, {}, start_step=-1)
+
+
+@pytest.mark.parametrize("on_disk", [False, True], ids=["memory", "disk"])
+def test_records_that_fail_to_be_written_leave_a_consistent_run(
+    tmp_path, monkeypatch, on_disk):
+  """The disk fills up while the third chunk's records are written (after
+  some monitors' were): none of that chunk is kept, and the States, step
+  count and every monitor's records are those of the first two chunks."""
+  from brainshard._simulation.records import Store
+  v, step, rng = make_net(noise=True)
+  runner = bs.Runner(step, monitors(v), chunk=32, progress=False,
+                     store=tmp_path if on_disk else None)
+  append, calls = Store.append, []
+
+  def append_until_full(self, name, field, value):
+    calls.append(name)
+    if runner.chunks_done == 2 and name == "v":
+      raise OSError(28, "No space left on device")
+    return append(self, name, field, value)
+  monkeypatch.setattr(Store, "append", append_until_full)
+  with pytest.raises(OSError, match="No space left"):
+    runner.run(32 * 5)
+  assert calls.count("spikes") == 2 * 3  # the third chunk's were appended
+  assert runner.step_count == 64 and runner.result.steps == 64
+  assert_matches_reference(runner.result, v, 64, noise=True, rng=rng)
+  monkeypatch.setattr(Store, "append", append)
+  res = runner.run(32 * 3)  # and the run goes on from there
+  assert res.steps == 160
+  assert_matches_reference(res, v, 160, noise=True, rng=rng)

@@ -260,7 +260,12 @@ class Runner:
         jax.block_until_ready(chunk.after)  # this chunk's steps are done
         data = rec.collect(chunk.start, chunk.length, chunk.out[1])
         with stop.critical():
-          self._record(chunk, data, writes)
+          mark = self.result.store.mark()
+          try:
+            self._record(chunk, data, writes)
+          except BaseException:  # e.g. a full disk: none of this chunk kept
+            self.result.store.truncate(mark)
+            raise
           kept = chunk.after
           if (self.checkpoint_every
               and self.chunks_done % self.checkpoint_every == 0):
