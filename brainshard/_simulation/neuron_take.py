@@ -60,7 +60,13 @@ class LocalTake:
 
 def take(a: Any, index: np.ndarray) -> Any:
   """``a[index]``; under an Explicit mesh the (few) picked rows come back
-  replicated, as the sharding type must say where they go."""
+  replicated, as the sharding type must say where they go.
+
+  Example:
+    >>> import jax.numpy as jnp, numpy as np
+    >>> take(jnp.arange(5.0), np.array([4, 0]))
+    Array([4., 0.], dtype=float32)
+  """
   sharding = getattr(jax.typeof(a), "sharding", None)
   if isinstance(sharding, jax.sharding.NamedSharding) and any(
       t == jax.sharding.AxisType.Explicit for t in sharding.mesh.axis_types):
