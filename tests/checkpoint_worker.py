@@ -8,7 +8,8 @@ Usage: python tests/checkpoint_worker.py SCENARIO ARGS...
   States (created unplaced, as on a laptop) and save them to OUT.
 - ``slow_save CKPT WHERE``: overwrite CKPT with new values, stopping for a
   minute WHERE ('writing': while orbax writes, 'pointer': after the new
-  version is committed but before CURRENT moves); the test kills it there.
+  version is committed but before CURRENT moves, 'replace': with the new
+  pointer file written, as it replaces CURRENT); the test kills it there.
 - ``multihost_save CKPT`` (under brainshard.launch, 2 x 4 devices): run the
   network sharded over both processes and save it (then overwrite it with
   an asynchronous save that both processes commit in the background).
@@ -118,6 +119,13 @@ def slow_save(ckpt, where):
     time.sleep(60)
   if where == "pointer":
     store.write_pointer = stop
+  elif where == "replace":  # the new CURRENT is written, not yet moved
+    replace = os.replace
+    def stop_at_current(src, dst, *args, **kwargs):
+      if os.path.basename(dst) == store.POINTER:
+        stop()
+      return replace(src, dst, *args, **kwargs)
+    store.os.replace = stop_at_current
   else:  # inside orbax, after the temporary directory was created
     ocp = store.orbax()
     handler = ocp.PyTreeCheckpointHandler

@@ -306,7 +306,7 @@ def test_overwrite(tmp_path):
     bs.save_states(tmp_path / "file", [v])
 
 
-@pytest.mark.parametrize("where", ["writing", "pointer"])
+@pytest.mark.parametrize("where", ["writing", "pointer", "replace"])
 def test_killed_save_leaves_the_previous_checkpoint(tmp_path, where):
   path = tmp_path / "c"
   x = bs.State(jnp.ones((256, 1024)), "x")
@@ -319,6 +319,8 @@ def test_killed_save_leaves_the_previous_checkpoint(tmp_path, where):
     assert line.strip() == "READY", line + p.stderr.read()
     new = [e for e in os.listdir(path) if e.startswith("v00000002")]
     assert new, os.listdir(path)  # the new version was being written
+    if where == "replace":  # killed as the new pointer file replaces CURRENT
+      assert any(e.startswith(".CURRENT.tmp") for e in os.listdir(path))
   finally:
     p.kill()
     p.wait()
@@ -398,6 +400,68 @@ def test_unwaited_failed_async_save_is_never_silent(tmp_path, monkeypatch):
   assert bs.restore_states(path, [x]) == {"good": 1}
   bs.save_states(path, [x], overwrite=True, metadata={"good": 2})
   assert bs.restore_states(path, [x]) == {"good": 2}
+
+
+def _failing_async_save(path, x):
+  """An asynchronous save of ``x`` to ``path`` that fails at its commit
+  (the disk is full); returns once it has failed, unwaited."""
+  def disk_full(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+  with pytest.MonkeyPatch.context() as m:
+    m.setattr(store, "_commit", disk_full)
+    with pytest.warns(RuntimeWarning, match="asynchronous save .* failed"):
+      handle = bs.save_states(path, [x], block=False, overwrite=True)
+      handle._thread.join()
+
+
+def test_unwaited_failed_async_save_raises_at_the_next_save_of_any_path(
+    tmp_path):
+  # A run saving each checkpoint to a new path still hears of a failure:
+  # the next save or restore, whatever its path, raises it and does nothing.
+  x = bs.State(jnp.arange(6.0), "x")
+  bs.save_states(tmp_path / "a", [x], metadata={"good": 1})
+  _failing_async_save(tmp_path / "a", x)
+  with pytest.raises(OSError, match="No space left") as e:
+    bs.save_states(tmp_path / "b", [x], metadata={"b": 1})
+  assert any(str(tmp_path / "a") in note and "did nothing" in note
+             for note in e.value.__notes__)
+  assert not (tmp_path / "b").exists()
+  bs.save_states(tmp_path / "b", [x], metadata={"b": 1})  # reported once
+  _failing_async_save(tmp_path / "a", x)
+  x.value = jnp.zeros(6)
+  with pytest.raises(OSError, match="No space left"):
+    bs.restore_states(tmp_path / "b", [x])
+  np.testing.assert_array_equal(np.asarray(x.value), np.zeros(6))
+  assert bs.restore_states(tmp_path / "b", [x]) == {"b": 1}
+  assert bs.restore_states(tmp_path / "a", [x]) == {"good": 1}
+  np.testing.assert_array_equal(np.asarray(x.value), np.arange(6.0))
+
+
+@pytest.mark.slow  # a fresh process: about 5 s
+def test_unwaited_failed_async_save_is_reported_at_exit(tmp_path):
+  # The script ends without waiting for a save that fails: the interpreter
+  # says so on its way out (and the previous checkpoint stays current).
+  script = (
+      "import sys, jax.numpy as jnp, brainshard as bs\n"
+      "from brainshard._scaleout import checkpoint_store as store\n"
+      "x = bs.State(jnp.arange(5.0), 'x')\n"
+      "bs.save_states(sys.argv[1], [x])\n"
+      "def disk_full(*args, **kwargs):\n"
+      "  raise OSError(28, 'No space left on device')\n"
+      "store._commit = disk_full\n"
+      "x.value = x.value * 3\n"
+      "bs.save_states(sys.argv[1], [x], block=False, overwrite=True)\n")
+  done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "c")],
+                        env=_env(1), capture_output=True, text=True,
+                        timeout=120)
+  assert done.returncode == 0, done.stderr
+  assert ("asynchronous save of " + repr(str(tmp_path / "c"))
+          + " (v00000002) failed and was never waited for: OSError"
+          in done.stderr), done.stderr
+  assert "No space left on device" in done.stderr
+  x = bs.State(jnp.zeros(5), "x")
+  bs.restore_states(tmp_path / "c", [x])
+  np.testing.assert_array_equal(np.asarray(x.value), np.arange(5.0))
 
 
 def test_names_that_look_like_paths_stay_apart(tmp_path):

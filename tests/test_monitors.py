@@ -106,3 +106,91 @@ def test_monitor_arguments_are_checked():
     runner = bs.Runner(lambda: v.value.reshape(1, 3) > 0,
                        {"s": bs.SpikeMonitor()}, chunk=4, progress=False)
     runner.run(4)
+
+
+def _runs_nothing(runner, v, error, match):
+  """run() raises ``error`` before any step: no step counted, v unchanged."""
+  before = np.asarray(v.value)
+  with pytest.raises(error, match=match):
+    runner.run(8)
+  assert runner.step_count == 0 and runner.result.steps == 0
+  np.testing.assert_array_equal(np.asarray(v.value), before)
+
+
+@pytest.mark.parametrize("returns, error, match", [
+    (lambda v: None, TypeError, r"\['s', 'r'\] records the return value "
+     r"of step step, which is None.*return v > th"),
+    (lambda v: (v > 0.5, v), TypeError, r"\['s', 'r'\].*which is a tuple.*"
+     r"source=lambda out: out\[0\]"),
+    (lambda v: (v > 0.5).astype(jnp.float32), TypeError,
+     r"\['s', 'r'\].*float32\[40\].*must be bool.*astype\(bool\)"),
+    (lambda v: (v > 0.5).astype(jnp.int32), TypeError, r"int32\[40\]"),
+], ids=["none", "tuple", "float", "int"])
+def test_spike_monitor_needs_one_bool_vector_per_step(returns, error, match):
+  v, net_step = _random_net()
+
+  def step():
+    net_step()
+    return returns(v.value)
+  runner = bs.Runner(step, {"s": bs.SpikeMonitor(), "r": bs.RateMonitor()},
+                     chunk=8, progress=False)
+  _runs_nothing(runner, v, error, match)
+
+
+@pytest.mark.parametrize("source", [jnp.zeros(4, bool), 3, "v"])
+def test_spike_sources_are_checked_at_construction(source):
+  for monitor in (bs.SpikeMonitor, bs.RateMonitor):
+    with pytest.raises(TypeError, match=rf"{monitor.__name__}: source must "
+                       r"be None.*a State, or a callable"):
+      monitor(source)
+
+
+def test_state_monitor_index_out_of_range_is_an_error():
+  mesh = jax.make_mesh((8,), ("x",))
+  for put in (lambda x: x,  # whole, and sharded (each shard picks its own)
+              lambda x: jax.device_put(x, NamedSharding(mesh, P("x")))):
+    v = bs.State(put(jnp.arange(64.0)), name="v")
+
+    def step():
+      v.value = v.value + 1.0
+    runner = bs.Runner(step, {"m": bs.StateMonitor(v, index=[3, 99])},
+                       chunk=4, progress=False)
+    _runs_nothing(runner, v, IndexError, r"monitor 'm'.*index \[99\] is out "
+                  r"of range for v, which holds float32\[64\].*\[0, 64\)")
+    ok = bs.Runner(step, {"m": bs.StateMonitor(v, index=[3, -1])}, chunk=4,
+                   progress=False).run(4)
+    np.testing.assert_array_equal(ok.m.values, [[4.0, 64.0], [5.0, 65.0],
+                                                [6.0, 66.0], [7.0, 67.0]])
+  with pytest.raises(TypeError, match="index must be integers"):
+    bs.StateMonitor(v, index=[0.5])
+
+
+def _steady_spiker(n=8):
+  """Neuron 0 spikes on every step, the others never."""
+  v = bs.State(jnp.zeros(n), name="v")
+
+  def step():
+    v.value = v.value + 1.0
+    return jnp.arange(n) == 0
+  return v, step
+
+
+def test_capacity_counts_spikes_not_words():
+  # 32 steps of neuron 0: 32 spikes, all in one 32-step word.
+  v, step = _steady_spiker()
+  runner = bs.Runner(step, {"s": bs.SpikeMonitor(capacity=31,
+                                                 on_overflow="raise")},
+                     chunk=32, progress=False)
+  with pytest.raises(RuntimeError, match=r"\['s'\]: a shard recorded 32 "
+                     r"spikes .*\[0, 32\), more than its capacity 31"):
+    runner.run(32)
+  assert runner.step_count == 0
+  np.testing.assert_array_equal(np.asarray(v.value), np.zeros(8))
+  for capacity in (32, 1):  # fits; grows (nothing lost)
+    mode = "raise" if capacity == 32 else "grow"
+    v, step = _steady_spiker()
+    res = bs.Runner(step, {"s": bs.SpikeMonitor(
+        capacity=capacity, on_overflow=mode)}, chunk=32,
+        progress=False).run(64)
+    assert res.s.steps.tolist() == list(range(64))
+    assert res.s.neurons.tolist() == [0] * 64

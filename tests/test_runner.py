@@ -7,6 +7,7 @@ import io
 import logging
 import os
 import signal
+import sys
 import time
 
 import jax
@@ -406,3 +407,165 @@ def test_step_with_the_global_step_index():
   np.testing.assert_array_equal(got, np.asarray(v.value))
   np.testing.assert_array_equal(res.s.steps, np.nonzero(raster)[0])
   np.testing.assert_array_equal(res.i.values, raster.sum(1)[4::5])
+
+
+def _press_twice_during_dispatch(runner, chunks):
+  """Ctrl-C twice while the runner dispatches the chunk after ``chunks``
+  recorded ones (inside its compaction queueing): the second signal lands
+  while a chunk is being handed out."""
+  dispatch = runner.recorder.dispatch
+
+  def dispatch_and_press(out):
+    if runner.chunks_done == chunks:
+      os.kill(os.getpid(), signal.SIGINT)
+      os.kill(os.getpid(), signal.SIGINT)
+    return dispatch(out)
+  runner.recorder.dispatch = dispatch_and_press
+
+
+def test_a_second_sigint_during_dispatch_rolls_the_states_back():
+  v, step, rng = make_net(noise=True)
+  runner = bs.Runner(step, monitors(v), chunk=32, progress=False)
+  _press_twice_during_dispatch(runner, 2)
+  with pytest.raises(KeyboardInterrupt):
+    runner.run(32 * 120)
+  done = runner.step_count
+  assert done == runner.result.steps and done in (64, 96)
+  assert_matches_reference(runner.result, v, done, noise=True, rng=rng)
+
+
+def test_two_sigints_at_any_moment_leave_states_and_records_consistent():
+  """Two Ctrl-Cs land at seeded random moments of a run (counted in Python
+  calls, so every trial is reproducible): whatever they cut, the States end
+  as after the steps the records cover."""
+  v, step, rng = make_net(noise=True)
+  n = 32 * 6
+  v0, key0 = v.value, rng.value
+
+  def ref():
+    s = step()
+    return s, v.value, jax.random.key_data(rng.value)
+  raster, vs, keys = map(np.asarray, bs.jit(
+      lambda: bs.for_loop(ref, length=n))())
+  v.value, rng.value = v0, key0
+  runner = bs.Runner(step, {"spikes": bs.SpikeMonitor(),
+                            "v": bs.StateMonitor(v, index=IDX)},
+                     chunk=32, progress=False)
+  runner.run(n)  # compiles
+  calls = [0]
+
+  def count(frame, event, arg):
+    calls[0] += 1
+  sys.setprofile(count)
+  try:
+    runner.run(n)  # how many calls a compiled run makes
+  finally:
+    sys.setprofile(None)
+  total = calls[0]
+  draw = np.random.default_rng(0)
+  previous = signal.signal(signal.SIGINT, lambda *a: None)  # stray presses
+  try:
+    for _ in range(16):
+      v.value, rng.value = v0, key0
+      runner.step_count, runner.target = 0, None
+      runner.reset_records()
+      # The second press mostly soon after the first: a press stops new
+      # dispatches, so the moments that matter follow it closely.
+      first = int(draw.integers(0, total))
+      second = first + int(draw.choice([draw.integers(1, 300),
+                                        draw.integers(1, total)]))
+      calls[0] = 0
+
+      def press(frame, event, arg, first=first, second=second):
+        calls[0] += 1
+        if calls[0] in (first, second):
+          os.kill(os.getpid(), signal.SIGINT)
+      sys.setprofile(press)
+      try:
+        runner.run(n)
+      except KeyboardInterrupt:
+        pass
+      finally:
+        sys.setprofile(None)
+      done = runner.step_count
+      assert done == runner.result.steps and done % 32 == 0
+      want_v = vs[done - 1] if done else np.asarray(v0)
+      np.testing.assert_array_equal(np.asarray(v.value), want_v)
+      want_key = keys[done - 1] if done else jax.random.key_data(key0)
+      np.testing.assert_array_equal(jax.random.key_data(rng.value), want_key)
+      steps, neurons = np.nonzero(raster[:done])
+      np.testing.assert_array_equal(runner.result.spikes.steps, steps)
+      np.testing.assert_array_equal(runner.result.spikes.neurons, neurons)
+      np.testing.assert_array_equal(runner.result.v.values,
+                                    vs[:done][:, IDX])
+  finally:
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_a_new_runner_on_restored_states_continues_the_step_count(
+    tmp_path, capsys):
+  """States restored with bs.restore_states, then a new Runner with
+  start_step=meta['step']: its records carry on the global steps and times
+  (and every-M traces keep their phase), equal to the straight run's."""
+  v, step, rng = make_net(noise=True)
+  runner = bs.Runner(step, {}, dt=0.1, chunk=32, progress=False,
+                     checkpoint_every=2, checkpoint_dir=tmp_path,
+                     checkpoint_states={"v": v, "rng": rng})
+  runner.run(64)
+  v2, step2, rng2 = make_net(noise=True)
+  meta = bs.restore_states(tmp_path / "step_000000000064",
+                           {"v": v2, "rng": rng2})
+  again = bs.Runner(step2, monitors(v2), dt=0.1, chunk=32, progress=False,
+                    start_step=meta["step"])
+  assert "step 64, t = 6.4 ms" in repr(again)
+  res = again.run(40)
+  assert again.step_count == 104 and res.start == 64 and res.steps == 40
+  assert "(from step 64)" in repr(res)
+  _, raster, traces, means, _ = reference(104, noise=True)
+  steps, neurons = np.nonzero(raster)
+  np.testing.assert_array_equal(res.spikes.steps, steps[steps >= 64])
+  np.testing.assert_array_equal(res.spikes.neurons, neurons[steps >= 64])
+  np.testing.assert_allclose(res.spikes.times, steps[steps >= 64] * 0.1)
+  np.testing.assert_array_equal(res.rate.steps, np.arange(64, 104))
+  np.testing.assert_array_equal(res.rate.counts, raster[64:].sum(1))
+  np.testing.assert_array_equal(res.v.steps, np.arange(64, 104))
+  np.testing.assert_array_equal(res.v.values, traces[64:])
+  np.testing.assert_array_equal(res.mean.steps, np.arange(69, 104, 7))
+  np.testing.assert_array_equal(res.mean.values, means[69::7])
+  # Runner.restore does the same itself, and says where the run continues.
+  third = bs.Runner(step2, {}, dt=0.1, chunk=32, progress=False,
+                    checkpoint_dir=tmp_path,
+                    checkpoint_states={"v": v2, "rng": rng2})
+  assert third.restore()["step"] == 64
+  assert "continues at step 64 (t = 6.4 ms)" in capsys.readouterr().err
+  with pytest.raises(ValueError, match="start_step must be a non-negative"):
+    bs.Runner(step2, {}, start_step=-1)
+
+
+@pytest.mark.parametrize("on_disk", [False, True], ids=["memory", "disk"])
+def test_records_that_fail_to_be_written_leave_a_consistent_run(
+    tmp_path, monkeypatch, on_disk):
+  """The disk fills up while the third chunk's records are written (after
+  some monitors' were): none of that chunk is kept, and the States, step
+  count and every monitor's records are those of the first two chunks."""
+  from brainshard._simulation.records import Store
+  v, step, rng = make_net(noise=True)
+  runner = bs.Runner(step, monitors(v), chunk=32, progress=False,
+                     store=tmp_path if on_disk else None)
+  append, calls = Store.append, []
+
+  def append_until_full(self, name, field, value):
+    calls.append(name)
+    if runner.chunks_done == 2 and name == "v":
+      raise OSError(28, "No space left on device")
+    return append(self, name, field, value)
+  monkeypatch.setattr(Store, "append", append_until_full)
+  with pytest.raises(OSError, match="No space left"):
+    runner.run(32 * 5)
+  assert calls.count("spikes") == 2 * 3  # the third chunk's were appended
+  assert runner.step_count == 64 and runner.result.steps == 64
+  assert_matches_reference(runner.result, v, 64, noise=True, rng=rng)
+  monkeypatch.setattr(Store, "append", append)
+  res = runner.run(32 * 3)  # and the run goes on from there
+  assert res.steps == 160
+  assert_matches_reference(res, v, 160, noise=True, rng=rng)

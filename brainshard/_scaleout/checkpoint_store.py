@@ -10,7 +10,9 @@
 A save writes a new version next to the current one (orbax writes it to a
 temporary directory and renames it when complete), then replaces ``CURRENT``
 atomically (``os.replace``), and only then deletes the older versions. A save
-killed at any point therefore leaves ``CURRENT`` naming a complete checkpoint.
+killed at any point therefore leaves ``CURRENT`` naming a complete checkpoint;
+the next save deletes what it left (a version never made current, a pointer
+file ``.CURRENT.tmp<pid>`` never moved).
 
 Every process of a multi-process run calls the same functions in the same
 order; process 0 alone touches ``CURRENT`` and deletes old versions, and
@@ -39,6 +41,7 @@ POINTER = "CURRENT"
 MANIFEST = "manifest"
 STATES = "states"
 _VERSION = re.compile(r"^v(\d+)")
+_TMP_POINTER = f".{POINTER}.tmp"
 
 
 def orbax() -> Any:
@@ -84,8 +87,8 @@ def next_version(path: str) -> str:
 
 def write_pointer(path: str, version: str) -> None:
   """Points ``CURRENT`` at ``version`` atomically, then deletes every other
-  version (old ones and leftovers of interrupted saves)."""
-  tmp = os.path.join(path, f".{POINTER}.tmp{os.getpid()}")
+  version and pointer file (old ones and leftovers of interrupted saves)."""
+  tmp = os.path.join(path, f"{_TMP_POINTER}{os.getpid()}")
   with open(tmp, "w") as f:
     f.write(version + "\n")
     f.flush()
@@ -95,6 +98,11 @@ def write_pointer(path: str, version: str) -> None:
   for entry in os.listdir(path):
     if _VERSION.match(entry) and entry != version:
       shutil.rmtree(os.path.join(path, entry), ignore_errors=True)
+    elif entry.startswith(_TMP_POINTER):  # a save killed before its replace
+      try:
+        os.remove(os.path.join(path, entry))
+      except OSError:
+        pass
 
 
 def _fsync_dir(path: str) -> None:
@@ -130,16 +138,20 @@ def barrier(stage: str) -> None:
 _pending: dict[str, "SaveHandle"] = {}
 _pending_lock = threading.Lock()
 # Failed asynchronous saves nobody has waited for: the next save or restore
-# of the same path raises the error, and the interpreter reports the rest at
-# exit, so a failed save is never silent.
+# (of any path: a run's checkpoints often go to a new path each time) raises
+# the error, and the interpreter reports the rest at exit, so a failed save
+# is never silent.
 _unreported: dict[str, "SaveHandle"] = {}
 
 
 def wait_pending(path: str) -> None:
   """Waits for an asynchronous save to ``path`` still in flight; raises the
-  error of one that failed and was never waited for."""
+  error of a save (to any path) that failed and was never waited for."""
   with _pending_lock:
     handle = _pending.get(path) or _unreported.get(path)
+  if handle is None:
+    with _pending_lock:
+      handle = next(iter(_unreported.values()), None)
   if handle is not None:
     handle.wait()
 
@@ -166,6 +178,13 @@ class SaveHandle:
       with _pending_lock:
         if _unreported.get(self.path) is self:
           del _unreported[self.path]
+      if not getattr(self._error, "_bs_noted", False):
+        self._error._bs_noted = True
+        self._error.add_note(
+            f"(raised by the asynchronous bs.save_states of {self.path!r} "
+            f"({self.version}), which failed; the previous checkpoint there "
+            "is still current. A later bs.save_states or bs.restore_states "
+            "that raises this did nothing: call it again.)")
       raise self._error
 
   def __repr__(self) -> str:
@@ -182,8 +201,9 @@ class SaveHandle:
       warnings.warn(
           f"bs.save_states: the asynchronous save of {self.path!r} "
           f"({self.version}) failed: {type(e).__name__}: {e}. The previous "
-          "checkpoint is still current; handle.wait(), the next save or a "
-          "restore of this path raises the error.", RuntimeWarning,
+          "checkpoint is still current; handle.wait(), or else the next "
+          "bs.save_states or bs.restore_states (of any path), raises the "
+          "error.", RuntimeWarning,
           stacklevel=1)
     finally:
       with _pending_lock:

@@ -19,6 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from brainshard._simulation import spikes as _spikes
+from brainshard._simulation.neuron_take import (
+    LocalTake as _LocalTake, take as _take)
 from brainshard._simulation.chunked import takes_arguments
 from brainshard._core.state import State
 from brainshard._core.discovery import StatefulFunction
@@ -28,6 +30,18 @@ __all__ = ["SpikeMonitor", "RateMonitor", "StateMonitor", "Recorder"]
 
 class _Monitor:
   source: Any = None
+
+  def _check_source(self) -> None:
+    """A spike source is None, a State or a callable: checked now, not at
+    run() (where an array would fail as 'not callable' deep inside)."""
+    src = self.source
+    if not (src is None or isinstance(src, State) or callable(src)):
+      raise TypeError(
+          f"{type(self).__name__}: source must be None (the step's return "
+          "value), a State, or a callable (f() reading States, or f(out) of "
+          f"the step's return value); got {type(src).__name__} {src!r:.60}. "
+          "To record an array the step computes, return it from the step or "
+          "keep it in a State.")
 
   def _read(self, out: Any) -> Any:
     src = self.source
@@ -42,12 +56,16 @@ class SpikeMonitor(_Monitor):
   """Records spikes as sparse (step, neuron) events.
 
   Args:
-    source: the boolean spike vector ``[n]`` of each step: ``None`` (the
-      step's return value), a State, or a callable (see the module doc).
-    capacity: events per shard per chunk the device buffer holds at first;
-      ``None`` picks one from the chunk size.
+    source: the spike vector ``bool[n]`` of each step: ``None`` (the step's
+      return value), a State, or a callable (see the module doc). Spikes
+      must be bool (``v > th``): a float or int 0/1 vector is an error, not
+      silently "every non-zero value".
+    capacity: spikes per shard per chunk that the device buffer holds at
+      least (it stores 32-step words, so often more); ``None`` picks one
+      from the chunk size.
     on_overflow: ``'grow'`` (compact the chunk again with a bigger buffer;
-      nothing is lost) or ``'raise'`` (a RuntimeError naming the counts).
+      nothing is lost) or ``'raise'``: a RuntimeError when a shard has more
+      than ``capacity`` spikes in a chunk.
 
   Example:
     >>> import brainshard as bs
@@ -63,6 +81,7 @@ class SpikeMonitor(_Monitor):
     if capacity is not None and (not isinstance(capacity, int) or capacity < 1):
       raise ValueError(f"capacity must be a positive int, got {capacity!r}")
     self.source = source
+    self._check_source()
     self.capacity = capacity
     self.on_overflow = on_overflow
 
@@ -83,6 +102,7 @@ class RateMonitor(_Monitor):
 
   def __init__(self, source: Any = None):
     self.source = source
+    self._check_source()
 
   def __repr__(self) -> str:
     return f"RateMonitor(source={_name(self.source)})"
@@ -95,7 +115,9 @@ class StateMonitor(_Monitor):
   Args:
     source: a State, or a callable: ``f()`` reading States, or ``f(out)``
       given the step's return value; any pytree of arrays.
-    index: optional indices along the first axis (e.g. neurons to keep).
+    index: optional integer indices along the first axis (e.g. neurons to
+      keep); each must be within the value's size (negative ones count from
+      the end), else run() raises an IndexError before running.
     every: record every that many steps (computed only on those steps).
 
   Example:
@@ -114,6 +136,13 @@ class StateMonitor(_Monitor):
           f"StateMonitor: every must be a positive int, got {every!r}")
     self.source = source
     self.index = None if index is None else np.asarray(index)
+    if self.index is not None and (
+        self.index.dtype == bool
+        or not np.issubdtype(self.index.dtype, np.integer)):
+      raise TypeError(
+          f"StateMonitor({_name(source)}): index must be integers (neuron "
+          f"numbers), got {self.index.dtype} {index!r:.60}; for a mask use "
+          "np.flatnonzero(mask).")
     self.every = every
     self._local: _LocalTake | None = None
 
@@ -126,9 +155,24 @@ class StateMonitor(_Monitor):
     x = self._read(out)
     if self.index is None:
       return x
+    self._check_index(x)
     if self._local is not None:
       return self._local(x)
     return jax.tree.map(lambda a: _take(a, self.index), x)
+
+  def _check_index(self, x: Any) -> None:
+    """An index out of range would be clamped by JAX (neuron 99 of 64
+    recorded as neuron 63): an error instead, naming source, index, size."""
+    for leaf in jax.tree.leaves(x):
+      shape = tuple(leaf.shape)
+      n = shape[0] if shape else 0
+      bad = self.index[(self.index < -n) | (self.index >= n)]
+      if bad.size:
+        raise IndexError(
+            f"StateMonitor(source={_name(self.source)}): index "
+            f"{bad.tolist()[:8]} is out of range for {_name(self.source)}, "
+            f"which holds {leaf.dtype}{list(shape)}: {n} rows along its first "
+            f"axis, so give indices in [0, {n}) (or [-{n}, 0) from the end).")
 
   def to_host(self, values: Any) -> Any:
     """Host copies of recorded values, columns in the order of ``index``."""
@@ -141,58 +185,6 @@ class StateMonitor(_Monitor):
     index = None if self.index is None else self.index.tolist()
     return (f"StateMonitor(source={_name(self.source)}, index={index}, "
             f"every={self.every})")
-
-
-class _LocalTake:
-  """``x[index]`` of a State sharded along its first axis, without a
-  collective: each shard picks its own neurons (padded to the same count)
-  under ``jax.shard_map``; the result stays sharded and the host puts the
-  columns back in order. (``x[index]`` on the global array would gather the
-  values across devices every step.)"""
-
-  def __init__(self, mesh, axes, table: np.ndarray, order: np.ndarray):
-    self.mesh, self.axes, self.table, self.order = mesh, axes, table, order
-
-  @classmethod
-  def plan(cls, source: Any, index: Any) -> "_LocalTake | None":
-    value = source._value if isinstance(source, State) else None
-    sharding = getattr(value, "sharding", None)
-    if (index is None or index.ndim != 1
-        or not isinstance(sharding, jax.sharding.NamedSharding)
-        or not sharding.spec or sharding.spec[0] is None):
-      return None
-    axes = sharding.spec[0]
-    shards = int(np.prod([sharding.mesh.shape[a] for a in (
-        axes if isinstance(axes, tuple) else (axes,))]))
-    n_local = value.shape[0] // shards
-    shard, local = np.divmod(index.astype(np.int64) % value.shape[0], n_local)
-    rank = np.array([np.sum(shard[:j] == shard[j]) for j in range(len(index))],
-                    np.int64)
-    m = int(rank.max(initial=0)) + 1
-    table = np.zeros((shards, m), np.int32)
-    table[shard, rank] = local
-    return cls(sharding.mesh, axes, table, shard * m + rank)
-
-  def __call__(self, x: Any) -> Any:
-    spec = jax.sharding.PartitionSpec(self.axes)
-    table, axes = self.table, self.axes
-
-    def local(x):
-      return x[jnp.asarray(table)[jax.lax.axis_index(axes)]]
-    return jax.shard_map(local, mesh=self.mesh, in_specs=spec,
-                         out_specs=spec)(x)
-
-
-def _take(a: Any, index: np.ndarray) -> Any:
-  """``a[index]``; under an Explicit mesh the (few) picked rows come back
-  replicated, as the sharding type must say where they go."""
-  sharding = getattr(jax.typeof(a), "sharding", None)
-  if isinstance(sharding, jax.sharding.NamedSharding) and any(
-      t == jax.sharding.AxisType.Explicit for t in sharding.mesh.axis_types):
-    return a.at[jnp.asarray(index)].get(
-        out_sharding=jax.sharding.NamedSharding(
-            sharding.mesh, jax.sharding.PartitionSpec()))
-  return a[jnp.asarray(index)]
 
 
 def _name(source: Any) -> str:
@@ -250,19 +242,46 @@ class Recorder:
 
       def probe(i):
         out = self.run_step(i)
-        return ([m._read(out) for m in self.sources],
-                {n: self.monitors[n].value(out)
-                 for n in self.sparse + self.every1})
+        traces = {}
+        for n in self.sparse + self.every1:
+          try:
+            traces[n] = self.monitors[n].value(out)
+          except IndexError as e:
+            raise IndexError(f"monitor {n!r}: {e}") from None
+        return [m._read(out) for m in self.sources], traces
       d = StatefulFunction(probe).discover(np.int32(0))
       for k, aval in enumerate(d.out_shapes[0]):
-        if len(aval.shape) != 1:
-          raise ValueError(
-              f"spike source {_name(self.sources[k].source)} gives "
-              f"{aval.dtype}{list(aval.shape)} per step; a spike monitor needs "
-              "a 1-D vector (flatten it in a source function).")
+        self._check_spikes(k, aval)
       self._avals = d.out_shapes
       self.writes = d.write_states
     return self._avals, self.writes
+
+  def _check_spikes(self, k: int, aval: Any) -> None:
+    """Spikes are one ``bool[n]`` per step; anything else is an error naming
+    the monitors of source ``k`` and what they got (before any step runs)."""
+    names = [n for n, s in self.source_of.items() if s == k]
+    src = self.sources[k].source
+    what = (f"the return value of step {_name(self.step)}" if src is None
+            else f"source {_name(src)}")
+    head = f"spike monitor {names} records {what}"
+    if not isinstance(aval, jax.ShapeDtypeStruct):
+      got = "None" if aval is None else f"a {type(aval).__name__}"
+      fix = ("return the spikes from the step (`return v > th`), or give the "
+             "monitor a source: a State, or a function of the step's output "
+             "(`source=lambda out: out[0]`)") if src is None else (
+             "make the source return one spike vector")
+      raise TypeError(f"{head}, which is {got}; it needs one bool[n] spike "
+                      f"vector per step: {fix}.")
+    if len(aval.shape) != 1:
+      raise ValueError(
+          f"{head}, which gives {aval.dtype}{list(aval.shape)} per step; a "
+          "spike monitor needs a 1-D vector (flatten it in a source "
+          "function).")
+    if aval.dtype != jnp.bool_:
+      raise TypeError(
+          f"{head}, which gives {aval.dtype}{list(aval.shape)} per step; "
+          "spikes must be bool (a number would count every non-zero value as "
+          "a spike): return `v > th`, or cast with `.astype(bool)`.")
 
   def bytes_per_step(self) -> float:
     """Device bytes a chunk holds per step for its records."""
@@ -347,23 +366,31 @@ class Recorder:
     return data
 
   def _decode(self, k: int, buf: Any, comp: Any, start: int, length: int):
+    self._check_capacity(k, comp, start, length)
     base = start // _spikes.BITS
     while True:
       try:
         return _spikes.decode(comp, start, length, base)
-      except _spikes.Overflow as e:
-        rows, n = buf.shape
-        names = [n_ for n_, s in self.source_of.items() if s == k]
-        if any(getattr(self.monitors[n_], "on_overflow", "grow") == "raise"
-               for n_ in names):
-          raise RuntimeError(
-              f"spike monitor {names}: a shard recorded {e.needed} spike words "
-              f"in the chunk of steps [{start}, {start + length}), more than "
-              f"its capacity {e.capacity}. Give SpikeMonitor a bigger "
-              "capacity= or on_overflow='grow'.") from None
+      except _spikes.Overflow as e:  # more words than the buffer: grow it
+        rows, _ = buf.shape
         self.capacity[k] = _spikes.grown_capacity(e.needed,
                                                   rows * comp.n_local)
         comp = _spikes.compact(buf, self.capacity[k])
+
+  def _check_capacity(self, k: int, comp: Any, start: int, length: int):
+    """``on_overflow='raise'``: more spikes on a shard than ``capacity``."""
+    names = [n for n, s in self.source_of.items() if s == k
+             and getattr(self.monitors[n], "on_overflow", "") == "raise"]
+    if not names:
+      return
+    limit = min(self.monitors[n].capacity or comp.capacity for n in names)
+    spikes = int(np.asarray(comp.spikes).max(initial=0))
+    if spikes > limit:
+      raise RuntimeError(
+          f"spike monitor {names}: a shard recorded {spikes} spikes in the "
+          f"chunk of steps [{start}, {start + length}), more than its "
+          f"capacity {limit}. Give SpikeMonitor a bigger capacity= or "
+          "on_overflow='grow'.")
 
 
 def _host(x: Any) -> np.ndarray:

@@ -22,7 +22,9 @@ __all__ = ["StopButton", "ChunkBar"]
 
 class StopButton:
   """Within ``with``: the first SIGINT sets ``pressed``; a second one raises
-  ``KeyboardInterrupt`` (the run then rolls back to its last whole chunk).
+  ``KeyboardInterrupt`` (the run then rolls back to its last whole chunk),
+  at once or, inside :meth:`critical`, at its end; any further SIGINT is
+  ignored, so nothing cuts that rollback short.
 
   The handler is installed only in the main thread (Python delivers signals
   there) and the previous handler is put back on exit.
@@ -42,6 +44,7 @@ class StopButton:
     self._installed = False
     self._critical = 0
     self._deferred = False
+    self._stopping = False  # the second SIGINT raised: later ones are ignored
 
   @property
   def pressed(self) -> bool:
@@ -60,9 +63,12 @@ class StopButton:
   def _handler(self, signum: int, frame: Any) -> None:
     if not self._event.is_set():
       self._event.set()
+    elif self._stopping:
+      pass  # a KeyboardInterrupt is already on its way: let the cleanup run
     elif self._critical:
       self._deferred = True
     else:
+      self._stopping = True
       raise KeyboardInterrupt
 
   @contextlib.contextmanager
@@ -76,6 +82,7 @@ class StopButton:
       self._critical -= 1
       if not self._critical and self._deferred:
         self._deferred = False
+        self._stopping = True
         raise KeyboardInterrupt
 
   def __enter__(self) -> "StopButton":

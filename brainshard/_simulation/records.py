@@ -71,6 +71,30 @@ class Store:
     value = self._cache[key] = jax.tree.unflatten(treedef, leaves)
     return value
 
+  def mark(self) -> dict:
+    """Where each column ends now, for :meth:`truncate`."""
+    return {key: (meta, len(self._cols.get(key, ())))
+            for key, meta in self._meta.items()}
+
+  def truncate(self, mark: dict) -> None:
+    """Drops what was appended since ``mark``: a chunk whose records were
+    not all written (a full disk) leaves no part of itself behind."""
+    for key in list(self._meta):
+      meta, chunks = mark.get(key, (None, 0))
+      if self.path is None:
+        del self._cols.setdefault(key, [])[chunks:]
+      else:
+        for k, (dt, shape) in enumerate(self._meta[key][2]):
+          rows = 0 if meta is None else meta[1][k]
+          size = rows * int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+          if os.path.exists(self._file(key, k)):
+            os.truncate(self._file(key, k), size)
+      if meta is None:
+        del self._meta[key]
+      else:
+        self._meta[key] = meta
+    self._cache.clear()
+
   def clear(self) -> None:
     if self.path is not None:
       for key, (_, rows, _) in self._meta.items():
@@ -146,7 +170,8 @@ class Result:
 
   def __repr__(self) -> str:
     parts = ", ".join(f"{n}: {self._describe(n)}" for n in self._kinds)
-    return (f"<Result: {self.steps} steps (from {self.start}), dt={self.dt}"
+    return (f"<Result: {self.steps} steps (from step {self.start}), "
+            f"dt={self.dt}"
             f"{', interrupted' if self.interrupted else ''}; {parts}>")
 
   def _describe(self, name: str) -> str:

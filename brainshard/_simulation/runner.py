@@ -64,6 +64,10 @@ class Runner:
     on_interrupt: after Ctrl-C stopped a run at a chunk boundary,
       ``'return'`` the result (``result.interrupted`` is True) or
       ``'raise'`` ``KeyboardInterrupt``.
+    start_step: the global index of the first step (default 0): the step
+      count, the records' steps and times, ``step(i)`` and checkpoint names
+      continue from it, e.g. on States restored with ``bs.restore_states``
+      from a checkpoint of step 640 (:meth:`restore` sets it itself).
 
   Example:
     >>> import brainshard as bs, jax.numpy as jnp
@@ -89,7 +93,7 @@ class Runner:
                checkpoint_every: int | None = None,
                checkpoint_dir: str | os.PathLike | None = None,
                checkpoint_states: Mapping[str, State] | None = None,
-               on_interrupt: str = "return"):
+               on_interrupt: str = "return", start_step: int = 0):
     if on_interrupt not in ("return", "raise"):
       raise ValueError(
           f"on_interrupt must be 'return' or 'raise', got {on_interrupt!r}")
@@ -112,15 +116,26 @@ class Runner:
                            else os.fspath(checkpoint_dir))
     self.checkpoint_states = checkpoint_states
     self.on_interrupt = on_interrupt
-    self.step_count = 0       # steps run so far (the next step's index)
+    if (isinstance(start_step, bool) or not isinstance(start_step, (
+        int, np.integer)) or start_step < 0):
+      raise ValueError("Runner: start_step must be a non-negative int (the "
+                       f"index of the first step), got {start_step!r}")
+    self.step_count = int(start_step)  # the next step's global index
     self.target: int | None = None
     self._loop: ChunkedLoop | None = None
     self.chunks_done = 0
     kinds = {n: _KINDS[type(m)] for n, m in self.recorder.monitors.items()}
     self.result = Result(kinds, {}, dt if dt is not None else 1.0, Store(store))
+    self.result.start = self.step_count
 
   def __repr__(self) -> str:
-    return f"<bs.Runner({self.name}), step {self.step_count}>"
+    t = "" if self.dt is None else f", t = {self.time:g} ms"
+    return f"<bs.Runner({self.name}), step {self.step_count}{t}>"
+
+  @property
+  def time(self) -> float | None:
+    """The simulated time reached (ms): ``step_count * dt``."""
+    return None if self.dt is None else self.step_count * self.dt
 
   # -- planning ----------------------------------------------------------------
 
@@ -227,45 +242,49 @@ class Runner:
 
   def _chunks(self, loop: ChunkedLoop, n: int, stop: StopButton,
               bar: ChunkBar | None) -> None:
-    """Records each chunk as it finishes. A KeyboardInterrupt (a second
-    Ctrl-C) or an error leaves the States and records of the chunks recorded
-    so far: it is deferred while States or records are being written, and
-    the chunks not recorded are undone."""
+    """Records each chunk as it finishes. However the run ends (done, a
+    stop, a second Ctrl-C landing anywhere, an error), the States end as
+    they were after the last chunk whose records were kept: ``kept`` moves
+    on in the same critical section that keeps a chunk's records."""
     rec = self.recorder
     chunks = loop.iterate(n, start=self.step_count, stop=stop,
                           then=lambda out: (out, rec.dispatch(out)))
     writes = loop.written_states()
+    kept = [s.value for s in writes]
     try:
       while True:
         with stop.critical():  # dispatches the next chunk (writes States)
           chunk = next(chunks, None)
         if chunk is None:
           break
-        try:
-          jax.block_until_ready(chunk.after)  # this chunk's steps are done
-          data = rec.collect(chunk.start, chunk.length, chunk.out[1])
-        except BaseException:
-          with stop.critical():
-            chunks.close()  # undoes the chunks dispatched after this one
-            restore(writes, chunk.before)
-          raise
+        jax.block_until_ready(chunk.after)  # this chunk's steps are done
+        data = rec.collect(chunk.start, chunk.length, chunk.out[1])
         with stop.critical():
-          self._record(chunk, data, writes)
+          mark = self.result.store.mark()
+          try:
+            self._record(chunk, data, writes)
+          except BaseException:  # e.g. a full disk: none of this chunk kept
+            self.result.store.truncate(mark)
+            raise
+          kept = chunk.after
+          if (self.checkpoint_every
+              and self.chunks_done % self.checkpoint_every == 0):
+            self._checkpoint(writes, chunk.after)
         if bar is not None:
           bar.update(chunk.length)
     finally:
       with stop.critical():
-        chunks.close()
+        chunks.close()  # drops the chunks dispatched ahead
+        restore(writes, kept)
 
   def _record(self, chunk: Any, data: dict, writes: tuple[State, ...]) -> None:
+    """Keeps one chunk's records and counts its steps."""
     for name, fields in data.items():
       for field, value in fields.items():
         self.result.store.append(name, field, value)
     self.step_count = chunk.start + chunk.length
     self.result.steps += chunk.length
     self.chunks_done += 1
-    if self.checkpoint_every and self.chunks_done % self.checkpoint_every == 0:
-      self._checkpoint(writes, chunk.after)
 
   def reset_records(self) -> None:
     """Forgets what was recorded; the next records start at this step."""
@@ -305,8 +324,9 @@ class Runner:
 
   def restore(self, path: str | os.PathLike | None = None) -> dict:
     """Restores the States from a checkpoint (default: the newest one in
-    ``checkpoint_dir``) and continues counting steps from it. Returns the
-    checkpoint's metadata. The records start afresh from that step."""
+    ``checkpoint_dir``) and continues counting steps from it; says on
+    stderr where the run continues. Returns the checkpoint's metadata. The
+    records start afresh from that step (their steps and times go on)."""
     if path is None:
       if self.checkpoint_dir is None or not os.path.isdir(self.checkpoint_dir):
         raise FileNotFoundError("Runner.restore: no checkpoint_dir to look in")
@@ -320,4 +340,7 @@ class Runner:
     self.step_count = int(meta["step"])
     self.target = None
     self.reset_records()
+    t = "" if self.dt is None else f" (t = {self.time:g} ms)"
+    print(f"bs.Runner: restored {os.fspath(path)}; the run continues at step "
+          f"{self.step_count}{t}.", file=sys.stderr)
     return meta

@@ -78,7 +78,9 @@ def _compact_local(buf: jax.Array, capacity: int):
   pos = jnp.searchsorted(seen, jnp.arange(1, capacity + 1, dtype=jnp.int32),
                          side="left", method="scan").astype(jnp.int32)
   words = flat[jnp.minimum(pos, flat.size - 1)]
-  return pos, words, seen[-1:]
+  # Spikes, not words, are what a SpikeMonitor's capacity counts.
+  spikes = jnp.sum(jax.lax.population_count(flat), dtype=jnp.int32)
+  return pos, words, seen[-1:], spikes[None]
 
 
 class Compacted(NamedTuple):
@@ -86,6 +88,7 @@ class Compacted(NamedTuple):
   pos: jax.Array      # [shards * capacity] flat position in the shard's buffer
   words: jax.Array    # [shards * capacity] the word there
   counts: jax.Array   # [shards] non-zero words found per shard
+  spikes: jax.Array   # [shards] spikes (set bits) per shard
   shards: int
   n_local: int
   capacity: int
@@ -108,7 +111,7 @@ def _compactor(mesh: Any, axes: Any, capacity: int):
     return jax.jit(fun)
   out = P(axes)
   return jax.jit(jax.shard_map(fun, mesh=mesh, in_specs=P(None, axes),
-                               out_specs=(out, out, out)))
+                               out_specs=(out, out, out, out)))
 
 
 def compact(buf: jax.Array, capacity: int | None) -> Compacted:
@@ -122,10 +125,10 @@ def compact(buf: jax.Array, capacity: int | None) -> Compacted:
       shards *= mesh.shape[a]
   rows, n_local = buf.shape[0], buf.shape[1] // shards
   capacity = min(capacity or initial_capacity(rows, n_local), rows * n_local)
-  pos, words, counts = _compactor(mesh, axes, capacity)(buf)
-  for x in (pos, words, counts):
+  pos, words, counts, spikes = _compactor(mesh, axes, capacity)(buf)
+  for x in (pos, words, counts, spikes):
     x.copy_to_host_async()
-  return Compacted(pos, words, counts, shards, n_local, capacity)
+  return Compacted(pos, words, counts, spikes, shards, n_local, capacity)
 
 
 def decode(c: Compacted, start: int, length: int, base: int
