@@ -322,7 +322,7 @@ def render(doc: dict, out_dir: str, analysis: str | None = None, *,
     lines += _table(rows, baseline_label="jax.lax.scan")
   ex = _by(results, "cuba-example")
   if ex:
-    lines += ["`examples/cuba.py` (its own report):", "", "```"]
+    lines += ["`python -m examples.cuba` (its own report):", "", "```"]
     lines += ex[0].get("output", []) + ["```", ""]
   demo = _by(results, "demo")
   if demo:

@@ -247,22 +247,19 @@ def w_loops(ctx: Ctx) -> list[dict]:
 
 
 def _cuba_example(ctx: Ctx) -> list[dict]:
-  """examples/cuba.py (from the simulation issue), run as its users would;
-  its own report line is recorded as printed."""
-  script = ROOT / "examples" / "cuba.py"
-  if not script.exists():
-    return []
+  """``python -m examples.cuba`` (from the simulation issue), run as its
+  users would; its own report line is recorded as printed."""
   env = dict(os.environ, PYTHONPATH=str(ROOT))
   try:
-    proc = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "examples.cuba"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
     text = proc.stdout + proc.stderr
   except subprocess.TimeoutExpired:
     text = "timed out after 300 s"
   lines = [l.strip() for l in text.splitlines()
            if re.search(r"simulated|rate|Hz", l, re.I)]
-  ctx.log("  examples/cuba.py: " + " | ".join(lines[-3:]))
-  return [dict(workload="cuba-example", case="examples/cuba.py", impl=BS,
+  ctx.log("  examples.cuba: " + " | ".join(lines[-3:]))
+  return [dict(workload="cuba-example", case="python -m examples.cuba", impl=BS,
                baseline=None, output=lines[-6:])]
 
 

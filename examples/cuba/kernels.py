@@ -2,8 +2,8 @@
 connectivity from a hash of (seed, neuron, slot), event-driven and on-the-fly
 spike delivery, and the neuron update.
 
-``examples/cuba.py`` wraps them in brainshard States; the scale benchmark
-(``benchmarks/bench_scale.py``) calls the same kernels from a hand-written
+:mod:`examples.cuba.network` wraps them in brainshard States; the scale
+benchmark (``benchmarks/bench_scale.py``) calls the same kernels from a hand-written
 ``jax.jit`` + ``lax.scan`` program, so both run the same representation and
 algorithm.
 
