@@ -68,3 +68,18 @@ def test_nothing_edits_sys_path():
                if re.search(r"sys\.path\s*(\.insert|\.append|\[|=|\+=)",
                             p.read_text())]
   assert offenders == []
+
+
+def test_docs_name_only_example_modules_and_benchmark_commands_that_exist():
+  """README, docs and notebooks run examples as modules and benchmarks as
+  commands of ``python -m benchmarks``, all of which exist."""
+  from benchmarks import cli
+  texts = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+           *sorted((ROOT / "docs").glob("*.ipynb"))]
+  for path in texts:
+    text = path.read_text()
+    assert "python examples/" not in text, path
+    for name in re.findall(r"python -m\s+examples\.([a-z_]+)", text):
+      assert name in EXAMPLES, (path, name)
+    for name in re.findall(r"python -m\s+benchmarks\s+([a-z][a-z0-9-]*)", text):
+      assert name in cli.COMMANDS, (path, name)
