@@ -5,7 +5,6 @@ with it in this process (benchmarks/_harness.py)."""
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ import brainshard as bs
 from benchmarks import _models as M
 from benchmarks import _peers
 from benchmarks._harness import Case, Timing, compare, compare_once
-from benchmarks.bench_demo import w_demo
+from benchmarks.bench_demo import cuba_example, w_demo
 from benchmarks.bench_guides import w_autodiff, w_vmap
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -252,25 +251,8 @@ def w_loops(ctx: Ctx) -> list[dict]:
     r["rate_hz"] = float(rate)
   ctx.log(f"  cuba       mean rate {rate:.1f} Hz over {sim_s:g} s simulated")
   out += rows
-  out += _cuba_example(ctx)
+  out += cuba_example(ctx)
   return out
-
-
-def _cuba_example(ctx: Ctx) -> list[dict]:
-  """``python -m examples.cuba`` (from the simulation issue), run as its
-  users would; its own report line is recorded as printed."""
-  env = dict(os.environ, PYTHONPATH=str(ROOT))
-  try:
-    proc = subprocess.run([sys.executable, "-m", "examples.cuba"], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=300)
-    text = proc.stdout + proc.stderr
-  except subprocess.TimeoutExpired:
-    text = "timed out after 300 s"
-  lines = [l.strip() for l in text.splitlines()
-           if re.search(r"simulated|rate|Hz", l, re.I)]
-  ctx.log("  examples.cuba: " + " | ".join(lines[-3:]))
-  return [dict(workload="cuba-example", case="python -m examples.cuba", impl=BS,
-               baseline=None, output=lines[-6:])]
 
 
 # -- 5. first call: trace + compile + run --------------------------------------------

@@ -50,6 +50,23 @@ def run_demo(devices: int, timeout: float = 300) -> tuple[float | None, list[str
   return (float(m.group(1)) if m else None), lines[-4:]
 
 
+def cuba_example(ctx) -> list[dict]:
+  """``python -m examples.cuba`` (from the simulation issue), run as its
+  users would; its own report line is recorded as printed."""
+  env = dict(os.environ, PYTHONPATH=str(ROOT))
+  try:
+    proc = subprocess.run([sys.executable, "-m", "examples.cuba"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+    text = proc.stdout + proc.stderr
+  except subprocess.TimeoutExpired:
+    text = "timed out after 300 s"
+  lines = [l.strip() for l in text.splitlines()
+           if re.search(r"simulated|rate|Hz", l, re.I)]
+  ctx.log("  examples.cuba: " + " | ".join(lines[-3:]))
+  return [dict(workload="cuba-example", case="python -m examples.cuba",
+               impl="brainshard", baseline=None, output=lines[-6:])]
+
+
 def w_demo(ctx) -> list[dict]:
   repeats = 1 if ctx.quick else 3
   runs: dict[int, list[float]] = {k: [] for k in COUNTS}
