@@ -20,7 +20,7 @@ COMMANDS = {
     "scale": ("benchmarks.bench_scale", "CUBA/COBA at 4,000 to 4M neurons "
               "against pure JAX, brainstate and Brian2 (docs/scale.md; --gpu)"),
     "brian2": ("benchmarks.bench_brian2", "the CUBA/COBA example's spike "
-               "statistics and speed against Brian2 (results/brian2.md)"),
+               "statistics and speed against Brian2 (docs/scale.md)"),
     "runner": ("benchmarks.bench_runner", "a monitored bs.Runner against one "
                "bs.jit(bs.for_loop) (docs/runner.md)"),
     "for-loop": ("benchmarks.bench_for_loop", "bs.for_loop against "
@@ -30,7 +30,7 @@ COMMANDS = {
     "vmap": ("benchmarks.bench_vmap", "an ensemble with bs.vmap "
              "(docs/ensemble.md; in the suite)"),
     "checkpoint": ("benchmarks.bench_checkpoint", "bs.save_states / "
-                   "restore_states against orbax (docs/checkpointing.md)"),
+                   "restore_states against orbax direct (printed)"),
     "task": ("benchmarks.bench_task", "two areas as sub-mesh tasks against "
              "one SPMD program (docs/submesh.md)"),
     "dispatch-probe": ("benchmarks._dispatch_probe", "which path bs.jit "
