@@ -1,11 +1,5 @@
-"""``python -m benchmarks``: see benchmarks/run.py; ``--scale`` / ``--gpu``:
-see benchmarks/bench_scale.py."""
+"""``python -m benchmarks [COMMAND] [options]``: see benchmarks/cli.py."""
 
-import sys
-
-if {"--scale", "--gpu"} & set(sys.argv[1:]):
-  from benchmarks.bench_scale import main
-else:
-  from benchmarks.run import main
+from benchmarks.cli import main
 
 raise SystemExit(main())

@@ -8,23 +8,18 @@ N, how many calls left the generated fast path, which donation variants were
 compiled and the reference count of a state's value against the calibrated
 sole-owner count.
 
-Usage:  python -m benchmarks._dispatch_probe
+Usage:  python -m benchmarks dispatch-probe
 """
 
 from __future__ import annotations
 
-import os
 import sys
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:
-  sys.path.insert(0, _ROOT)
+import jax
 
-import jax  # noqa: E402
-
-import brainshard as bs  # noqa: E402
-from benchmarks import _models as M  # noqa: E402
-from brainshard._core import donation, fastcall, program as _program  # noqa: E402
+import brainshard as bs
+from benchmarks import _models as M
+from brainshard._core import donation, fastcall, program as _program
 
 
 def probe(n: int, calls: int = 200, keep: bool = False) -> dict:
@@ -60,7 +55,9 @@ def probe(n: int, calls: int = 200, keep: bool = False) -> dict:
               refcount=sys.getrefcount(value) - 1, sole=donation.SOLE - 1)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+  import argparse
+  argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
   print(f"jax {jax.__version__} on {jax.devices()[0].platform}, Python "
         f"{sys.version.split()[0]}; AUTO_SUPPORTED={donation.AUTO_SUPPORTED}")
   for keep in (False, True):
@@ -71,7 +68,3 @@ def main() -> None:
       print(f"  N={n:<4} keep a reference={keep!s:<5} generic-path calls "
             f"{r['generic_calls']}/{r['calls']}  refcount {r['refcount']} "
             f"(sole {r['sole']})  variants {masks}")
-
-
-if __name__ == "__main__":
-  main()

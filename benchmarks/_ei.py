@@ -1,5 +1,5 @@
 """The E/I network for the scale benchmarks: the brainshard example
-(examples/cuba.py), a hand-written pure-JAX program and a brainstate
+(examples.cuba), a hand-written pure-JAX program and a brainstate
 program with the same connectivity representation and algorithm (the same
 kernels), plus the spike statistics every implementation is compared on.
 
@@ -12,15 +12,10 @@ Example:
 
 from __future__ import annotations
 
-import pathlib
-import sys
 import time
 
 import numpy as np
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
-if str(EXAMPLES) not in sys.path:
-  sys.path.insert(0, str(EXAMPLES))
 
 
 def stats(spikes: np.ndarray, dt_ms: float) -> dict:
@@ -51,7 +46,7 @@ def brainshard_run(model: str, n: int, k: int = 80, devices: int = 1,
                    exchange: str = "step", seed: int = 0):
   """Builds the example network; returns ``(build_s, run(ms) -> spikes)``."""
   import jax
-  import cuba
+  from examples import cuba
   mesh = jax.make_mesh((devices,), ("x",), devices=jax.devices()[:devices])
   t0 = time.perf_counter()
   net = cuba.EINetwork(mesh, model, seed=seed, n=n, k=k, delay=delay,
@@ -67,8 +62,8 @@ def _network(model: str, n: int, k: int, connectivity: str, seed: int):
   example's initial conditions)."""
   import jax
   import jax.numpy as jnp
-  import cuba
-  import ei_kernels as ek
+  from examples import cuba
+  from examples.cuba import kernels as ek
   p = cuba.Params(model=model, n=n, k=k)
   if connectivity == "stored":
     pre = jax.jit(lambda: ek.presynaptic(jnp.arange(n), k, n=n,

@@ -20,28 +20,22 @@ Workloads (each a ratio to pure JAX timed interleaved in this process):
 brainstate 0.5.x (``brainstate.transform.grad`` + ``jit`` / ``for_loop``)
 runs the same workloads beside, when installed.
 
-Usage:  python -m benchmarks.bench_autodiff [--repeats 15] [--json FILE]
+Usage:  python -m benchmarks autodiff [--repeats 15] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:
-  sys.path.insert(0, _ROOT)
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import optax  # noqa: E402
-
-import brainshard as bs  # noqa: E402
-from benchmarks._harness import Case, compare  # noqa: E402
-from benchmarks._peers import Unavailable, _import  # noqa: E402
+import brainshard as bs
+from benchmarks._harness import Case, compare
+from benchmarks._peers import Unavailable, _import
 
 WIDTH, BATCH, LR = 32, 16, 1e-3
 
@@ -313,7 +307,3 @@ def main(argv=None) -> dict:
     with open(args.json, "w") as f:
       json.dump(out, f, indent=2)
   return out
-
-
-if __name__ == "__main__":
-  main()

@@ -2,7 +2,7 @@
 table, same parameters), on one CPU device: seconds per simulated second and
 the spike statistics (rate, ISI CV, active fraction).
 
-``python -m benchmarks.bench_brian2 [--neurons 4000] [--duration 1]``.
+``python -m benchmarks brian2 [--neurons 4000] [--duration 1]``.
 Brian2 runs its Cython target when a C compiler and Cython are present,
 else its numpy target; the output says which.
 
@@ -41,8 +41,8 @@ def brian2_run(model: str, n: int, k: int = 80, seed: int = 0,
   conditions); returns ``(build_s, run(ms) -> spikes [steps, n])``."""
   import brian2 as b2
   import jax.numpy as jnp
-  import cuba
-  import ei_kernels as ek
+  from examples import cuba
+  from examples.cuba import kernels as ek
   import brainshard as bs
   p = cuba.Params(model=model, n=n, k=k)
   b2.prefs.codegen.target = target or brian2_target()
@@ -126,7 +126,7 @@ def main(argv=None) -> list[dict]:
   for model in args.models.split(","):
     rows += compare(model, args.neurons, args.duration * 1e3,
                     seeds=range(args.seeds))
-  text = (f"Measured by `python -m benchmarks.bench_brian2` on "
+  text = (f"Measured by `python -m benchmarks brian2` on "
           f"{platform.node()} ({os.cpu_count()} CPU cores), one CPU device, "
           f"Brian2 {brian2_version()} ({brian2_target()} target).\n\n"
           + table(rows) + "\n")
@@ -150,7 +150,3 @@ def table(rows: list[dict]) -> str:
                  f"{r['s_per_sim_s']:.3f} | {r['rate_hz']:.2f} | "
                  f"{r['isi_cv']:.3f} | {r['active']:.3f} |")
   return "\n".join(lines)
-
-
-if __name__ == "__main__":
-  main()

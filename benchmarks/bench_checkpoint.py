@@ -19,7 +19,7 @@ restore). Restores read files the page cache still holds, as in a resumed
 run on the same machine.
 
 Usage:
-  python benchmarks/bench_checkpoint.py [--gib 1.0] [--repeats 5] [--dir DIR]
+  python -m benchmarks checkpoint [--gib 1.0] [--repeats 5] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import argparse
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 
@@ -39,7 +38,6 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import brainshard as bs  # noqa: E402
 
 
@@ -169,7 +167,3 @@ def main(argv=None) -> dict:
     print(f"{name:12s} {s['GB/s']:10.2f} {s['ratio_vs_orbax']:8.2f} "
           f"{r['GB/s']:13.2f} {r['ratio_vs_orbax']:8.2f}")
   return report
-
-
-if __name__ == "__main__":
-  main()

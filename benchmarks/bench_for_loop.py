@@ -9,24 +9,21 @@ Also prints the number of instructions and copies of both optimized XLA
 programs, so a difference in the program itself shows up directly.
 
 Usage:
-  python benchmarks/bench_for_loop.py [--n 1024] [--steps 2000] [--repeats 15]
+  python -m benchmarks for-loop [--n 1024] [--steps 2000] [--repeats 15]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import sys
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-import brainshard as bs  # noqa: E402
+import brainshard as bs
 
 DECAY, THRESHOLD, RESET = 0.95, 1.0, 0.0
 
@@ -138,7 +135,3 @@ def main(argv=None) -> dict:
     with open(args.json, "w") as f:
       json.dump(result, f, indent=2)
   return result
-
-
-if __name__ == "__main__":
-  main()

@@ -1,7 +1,7 @@
 """A monitored, chunked ``bs.Runner`` run against one unmonitored
 ``bs.jit(bs.for_loop)`` of the same length, on the CUBA network.
 
-Both run in the same process on the same network (examples/cuba.py),
+Both run in the same process on the same network (examples.cuba),
 interleaved; the figure is the ratio of the medians. Goal: <= 1.05.
 
 - ``runner``: ``bs.Runner`` with a SpikeMonitor (sparse events), a
@@ -9,7 +9,7 @@ interleaved; the figure is the ratio of the medians. Goal: <= 1.05.
   the runner's own choice), records copied to the host every chunk.
 - ``for_loop``: ``bs.jit(bs.for_loop(net.step, length=N))``, which stacks
   the step's dense boolean spikes ``[N, 4000]`` on the device (what
-  examples/cuba.py did before the runner).
+  examples.cuba did before the runner).
 - ``for_loop, no output``: the same loop with the step's output dropped:
   nothing recorded at all, the strictest baseline.
 
@@ -24,7 +24,7 @@ Beside them, when ``brian2`` is installed (``pip install brian2``, in the
 second run (after code generation and compilation).
 
 Usage:
-  python benchmarks/bench_runner.py [--devices 1] [--duration 1.0]
+  python -m benchmarks runner [--devices 1] [--duration 1.0]
       [--repeats 7] [--chunk K] [--long] [--json out.json]
 """
 
@@ -34,13 +34,10 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 
 import numpy as np
 
-ROOT = os.path.join(os.path.dirname(__file__), "..")
-sys.path[:0] = [ROOT, os.path.join(ROOT, "examples")]
 
 
 def _rss() -> int:
@@ -70,7 +67,7 @@ def main(argv=None) -> dict:
   if jax.config.jax_platforms in (None, "", "cpu"):
     jax.config.update("jax_num_cpu_devices", max(args.devices, 1))
   import brainshard as bs
-  import cuba
+  from examples import cuba
 
   mesh = jax.make_mesh((args.devices,), ("x",),
                        devices=jax.devices()[:args.devices])
@@ -226,7 +223,3 @@ def long_run(jax, net, runner, steps: int = 1_000_000) -> dict:
   print(f"  host RSS grew {out['rss_growth_bytes'] / 2**20:.1f} MiB; the events take "
         f"{out['event_bytes'] / 2**20:.1f} MiB (12 bytes per spike)")
   return out
-
-
-if __name__ == "__main__":
-  main()

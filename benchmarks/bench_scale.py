@@ -5,7 +5,7 @@ connectivity representation and algorithm; the 8-device spike exchange
 every step vs every ``D`` steps (min-delay rule); and, with ``--gpu``,
 every GPU row of issues 14 and 16.
 
-``python -m benchmarks --scale [--quick]`` writes
+``python -m benchmarks scale [--quick]`` (or ``--gpu``) writes
 ``benchmarks/results/scale.md`` (a markdown table naming the machine, which
 docs/scale.md includes) and ``benchmarks/results/scale.png``.
 Each measurement runs in its own process, so peak memory is its own
@@ -73,7 +73,7 @@ def child(argv: list[str], devices: int = 1) -> dict:
                         f" --xla_force_host_platform_device_count={devices}")
   root = pathlib.Path(__file__).resolve().parents[1]
   env["PYTHONPATH"] = f"{root}{os.pathsep}{env.get('PYTHONPATH', '')}"
-  proc = subprocess.run([sys.executable, "-m", "benchmarks.bench_scale",
+  proc = subprocess.run([sys.executable, "-m", "benchmarks", "scale",
                          "--child", json.dumps(argv)], env=env,
                         capture_output=True, text=True)
   if proc.returncode:
@@ -158,7 +158,7 @@ def _labels() -> dict[str, str]:
 
 
 def markdown(rows: list[dict], ex: list[dict], quick: bool,
-             flag: str = "--scale") -> str:
+             flag: str = "scale") -> str:
   """The table docs/scale.md includes: time and peak memory per size and
   implementation, each time also as a ratio to pure JAX; failed runs are
   listed under it with their error."""
@@ -247,7 +247,8 @@ def gpu_tasks() -> None:
 
 def main(argv: list[str] | None = None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  ap.add_argument("--scale", action="store_true")
+  # `python -m benchmarks --scale` is the older spelling of this command.
+  ap.add_argument("--scale", action="store_true", help=argparse.SUPPRESS)
   ap.add_argument("--gpu", action="store_true",
                   help="the GPU rows: dispatch, sizes up to 4M")
   ap.add_argument("--quick", action="store_true", help="small sizes only")
@@ -263,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
   ex = [] if args.gpu else exchange_rows(args.quick)
   RESULTS.mkdir(exist_ok=True)
   name = "scale_gpu" if args.gpu else ("scale_quick" if args.quick else "scale")
-  text = markdown(rows, ex, args.quick, "--gpu" if args.gpu else "--scale")
+  text = markdown(rows, ex, args.quick, "scale --gpu" if args.gpu else "scale")
   (RESULTS / f"{name}.md").write_text(text)
   (RESULTS / f"{name}.json").write_text(json.dumps(rows + ex, indent=1))
   try:
@@ -272,7 +273,3 @@ def main(argv: list[str] | None = None) -> int:
     pass
   print(text)
   return 0
-
-
-if __name__ == "__main__":
-  raise SystemExit(main())

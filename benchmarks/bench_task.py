@@ -1,6 +1,6 @@
 """Sub-mesh tasks (MPMD) against the same model as one SPMD program.
 
-``examples/two_areas.py``: two E/I areas, each a ``bs.task`` on half of the
+``examples.two_areas``: two E/I areas, each a ``bs.task`` on half of the
 devices, against both areas in one ``bs.jit(bs.shard_map)`` over all of
 them (same arithmetic, bit-identical spikes). Rows, each a ratio of times
 per simulated block measured interleaved in this process:
@@ -19,25 +19,20 @@ per simulated block measured interleaved in this process:
   them so that their collectives cannot deadlock a fixed thread pool), so on
   faked CPU devices only one-device tasks overlap; GPUs have no such rule.
 
-Usage:  python -m benchmarks.bench_task [--steps 400] [--repeats 7]
+Usage:  python -m benchmarks task [--steps 400] [--repeats 7]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-for _p in (_ROOT, os.path.join(_ROOT, "examples")):
-  if _p not in sys.path:
-    sys.path.insert(0, _p)
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-import two_areas  # noqa: E402
+from examples import two_areas  # noqa: E402
 from benchmarks._harness import Case, compare  # noqa: E402
 
 
@@ -137,7 +132,3 @@ def main(argv=None) -> dict:
     print(f"  tasks on {per_task}+{per_task} devices: device work at the same "
           f"time {frac:.0%} of the shorter task's run (jax.profiler trace)")
   return out
-
-
-if __name__ == "__main__":
-  main()

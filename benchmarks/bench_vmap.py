@@ -15,7 +15,7 @@ brainstate 0.5.4's ``transform.vmap`` runs the same step beside them where
 it is installed. Goal: ratio <= 1.05.
 
 Usage:
-  python -m benchmarks.bench_vmap [--members 64] [--n 256] [--repeats 15]
+  python -m benchmarks vmap [--members 64] [--n 256] [--repeats 15]
 """
 
 from __future__ import annotations
@@ -188,7 +188,3 @@ def main(argv=None) -> dict:
     with open(args.json, "w") as f:
       json.dump(result, f, indent=2)
   return result
-
-
-if __name__ == "__main__":
-  main()

@@ -1,5 +1,5 @@
-"""Run brainshard's benchmarks: ``python -m benchmarks [--quick]`` or
-``python benchmarks/run.py``.
+"""The goal suite: ``python -m benchmarks [--quick]`` (the default command
+of benchmarks/cli.py, also ``python -m benchmarks suite``).
 
 Every figure is the ratio of brainshard's time to hand-threaded pure JAX
 doing the same work, timed interleaved in this process (machines here are
@@ -16,15 +16,12 @@ The peers (brainstate, Flax NNX) run the same workloads when installed
 from __future__ import annotations
 
 import os
-import sys
 
-# 8 faked CPU devices, before JAX starts (also for `python benchmarks/run.py`).
+# 8 faked CPU devices, before JAX starts.
 _FLAG = "--xla_force_host_platform_device_count=8"
 if _FLAG not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:
-  sys.path.insert(0, _ROOT)
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
@@ -158,7 +155,3 @@ def _write(doc: dict, args: argparse.Namespace, paths: dict) -> None:
 
 def _rel(path: str) -> str:
   return os.path.relpath(path, _ROOT)
-
-
-if __name__ == "__main__":
-  raise SystemExit(main())

@@ -1,17 +1,16 @@
 """The E-I network of ``ei_brainstate.py``, ported to brainshard
 (docs/migrating-from-brainstate.md shows the two side by side;
-tests/test_ei_port.py checks they give the same spikes). With ``axis`` the
+tests/test_migrating.py checks they give the same spikes). With ``axis`` the
 same class runs sharded: each device holds its neurons' States and their
 rows of the connectivity, and gathers the spikes every step.
 
-  python examples/ei_brainshard.py [--devices 8]
+  python -m examples.ei_brainshard [--devices 8]
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -19,7 +18,8 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 import brainshard as bs
-from ei_data import DT, PARAMS, connectivity, initial_potential, input_current
+from examples import _cli
+from examples.ei_data import DT, PARAMS, connectivity, initial_potential, input_current
 
 
 # --8<-- [start:model]
@@ -89,16 +89,15 @@ def simulate(steps: int = 2000, seed: int = 0, mesh=None):
 # --8<-- [end:model]
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--devices", type=int, default=1)
+  parser = argparse.ArgumentParser(
+      prog="python -m examples.ei_brainshard",
+      description=" ".join(__doc__.split("\n\n")[0].split()))
+  _cli.add_devices(parser, 1)
   args = parser.parse_args(argv)
+  devices = _cli.use_devices(args.devices, parser.prog)
   mesh = None
   if args.devices > 1:
-    if jax.device_count() < args.devices:
-      sys.exit(f"needs {args.devices} devices; fake them with XLA_FLAGS="
-               f"--xla_force_host_platform_device_count={args.devices}")
-    mesh = jax.make_mesh((args.devices,), ("x",),
-                         devices=jax.devices()[:args.devices])
+    mesh = jax.make_mesh((args.devices,), ("x",), devices=devices)
   spikes, v = simulate(mesh=mesh)
   rate = spikes.sum() / (PARAMS["n"] * spikes.shape[0] * DT / 1000.0)
   print(f"brainshard on {args.devices} device(s): {spikes.sum()} spikes, "

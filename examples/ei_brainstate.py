@@ -1,18 +1,43 @@
 """The E-I network written for brainstate 0.5.4 (the original that
 ``ei_brainshard.py`` ports; docs/migrating-from-brainstate.md shows both).
+Needs brainstate, which no extra of brainshard installs:
+``pip install "brainstate>=0.5.4,<0.6"``.
 
-  python examples/ei_brainstate.py
+  python -m examples.ei_brainstate
 """
 
 from __future__ import annotations
 
+import argparse
 import math
+import sys
 
-import brainstate
 import jax.numpy as jnp
 import numpy as np
 
-from ei_data import DT, PARAMS, connectivity, initial_potential, input_current
+from examples.ei_data import DT, PARAMS, connectivity, initial_potential, input_current
+
+PROG = "python -m examples.ei_brainstate"
+INSTALL = "brainstate>=0.5.4,<0.6"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+  parser = argparse.ArgumentParser(
+      prog=PROG, description="The E-I network in brainstate (the original "
+      f"that examples.ei_brainshard ports). Needs: pip install \"{INSTALL}\".")
+  parser.add_argument("--steps", type=int, default=2000,
+                      help="0.1 ms steps to simulate (default: %(default)s)")
+  return parser.parse_args(argv)
+
+
+if __name__ == "__main__":  # --help works without brainstate
+  ARGS = parse_args()
+try:
+  import brainstate
+except ImportError as err:
+  if __name__ != "__main__":
+    raise
+  sys.exit(f"{PROG} needs brainstate ({err}): pip install \"{INSTALL}\"")
 
 
 # --8<-- [start:model]
@@ -68,6 +93,6 @@ def simulate(steps: int = 2000, seed: int = 0):
 # --8<-- [end:model]
 
 if __name__ == "__main__":
-  spikes, v = simulate()
+  spikes, v = simulate(ARGS.steps)
   rate = spikes.sum() / (PARAMS["n"] * spikes.shape[0] * DT / 1000.0)
   print(f"brainstate: {spikes.sum()} spikes, mean rate {rate:.2f} Hz")

@@ -2,9 +2,12 @@
 network that ``ei_brainstate.py`` (the brainstate original) and
 ``ei_brainshard.py`` (its brainshard port) both simulate. Drawn with NumPy
 from a seed, so both get exactly the same network (see
-docs/migrating-from-brainstate.md)."""
+docs/migrating-from-brainstate.md). ``python -m examples.ei_data`` prints
+what they build."""
 
 from __future__ import annotations
+
+import argparse
 
 import numpy as np
 
@@ -39,3 +42,23 @@ def input_current(steps: int, seed: int = 0) -> np.ndarray:
   rng = np.random.default_rng(seed + 2)
   return (PARAMS["noise"] * rng.standard_normal((steps, PARAMS["n"]))).astype(
       np.float32)
+
+
+def main(argv: list[str] | None = None) -> None:
+  """Prints the network's parameters and connection counts."""
+  parser = argparse.ArgumentParser(
+      prog="python -m examples.ei_data",
+      description="Prints the E-I network that examples.ei_brainstate and "
+                  "examples.ei_brainshard simulate.")
+  parser.add_argument("--seed", type=int, default=0,
+                      help="seeds connectivity, potentials and input")
+  args = parser.parse_args(argv)
+  conn_e, conn_i = connectivity(args.seed)
+  v = initial_potential(args.seed)
+  print(f"E-I network (seed {args.seed}), dt = {DT} ms: {PARAMS}")
+  print(f"  {int(conn_e.sum())} excitatory and {int(conn_i.sum())} inhibitory "
+        f"synapses; v(0) in [{v.min():.1f}, {v.max():.1f}] mV")
+
+
+if __name__ == "__main__":
+  main()

@@ -2,7 +2,7 @@
 excitatory weight, stepped at once and sharded over devices.
 
 The network is the CUBA benchmark of Vogels & Abbott (2005) / Brette et al.
-(2007) (see ``examples/cuba.py``), made smaller: ``n`` LIF neurons, 80 %
+(2007) (see :mod:`examples.cuba`), made smaller: ``n`` LIF neurons, 80 %
 excitatory, each pair connected with probability ``80 / n`` (so every neuron
 keeps about 80 inputs), exact subthreshold integration, 5 ms refractory
 period, dt = 0.1 ms. The resting potential El = -49 mV lies above threshold,
@@ -19,8 +19,8 @@ seed. With ``--devices D`` the members are split over a mesh axis with
 ``bs.shard_map`` (each device runs B / D networks); the random draws and the
 spike counts (integer input counts) are the same as on one device.
 
-Usage:
-  python examples/ensemble.py --devices 8 --members 32 --plot rates.png
+Usage (the plot goes into ``results/``; ``--duration`` in seconds):
+  python -m examples.ensemble --devices 8 --members 32 --plot rates.png
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from examples import _cli
 
 
 @dataclass(frozen=True)
@@ -151,13 +153,8 @@ def jax_zeros(shape: Any, dtype: str = "float32") -> Any:
 
 def save_plot(weights: Any, rates: Any, path: str, title: str) -> bool:
   """Firing rate against the excitatory weight; False without matplotlib."""
-  try:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-  except ImportError:
-    print("matplotlib is not installed: no plot saved (pip install "
-          "matplotlib).")
+  plt = _cli.pyplot("python -m examples.ensemble")
+  if plt is None:
     return False
   fig, ax = plt.subplots(figsize=(5, 3.5))
   ax.plot(weights, rates, "o-")
@@ -165,17 +162,17 @@ def save_plot(weights: Any, rates: Any, path: str, title: str) -> bool:
   ax.set_ylabel("mean firing rate (Hz)")
   ax.set_title(title)
   fig.tight_layout()
-  fig.savefig(path, dpi=120)
+  fig.savefig(_cli.output_path(path), dpi=120)
   plt.close(fig)
   return True
 
 
 def main(argv: list[str] | None = None) -> dict:
   parser = argparse.ArgumentParser(
+      prog="python -m examples.ensemble",
       description="Sweep the excitatory weight of a CUBA network with "
                   "bs.vmap, sharded over devices.")
-  parser.add_argument("--devices", type=int, default=1,
-                      help="number of (faked CPU) devices to shard over")
+  _cli.add_devices(parser, 1)
   parser.add_argument("--members", type=int, default=16,
                       help="number of networks (weights) in the ensemble")
   parser.add_argument("--n", type=int, default=400, help="neurons per network")
@@ -184,27 +181,21 @@ def main(argv: list[str] | None = None) -> dict:
   parser.add_argument("--wmax", type=float, default=3.2,
                       help="largest excitatory weight (mV); the sweep starts "
                            "at 0")
-  parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--plot", default="ensemble.png",
-                      help="where to save the rate-vs-weight plot ('' for none)")
+  parser.add_argument("--seed", type=int, default=0,
+                      help="seeds connectivity and initial potentials")
+  parser.add_argument("--plot", default="ensemble.png", metavar="PNG",
+                      help="where to save the rate-vs-weight plot (a bare "
+                           "file name goes into results/; '' for none)")
   args = parser.parse_args(argv)
 
+  devices = _cli.use_devices(args.devices, parser.prog)
   import jax
-  if args.devices > 1 and jax.config.jax_platforms in (None, "", "cpu"):
-    try:  # only possible before JAX starts its backends
-      jax.config.update("jax_num_cpu_devices", args.devices)
-    except RuntimeError:
-      pass
-  if args.devices > len(jax.devices()):
-    sys.exit(f"asked for {args.devices} devices, but JAX has "
-             f"{len(jax.devices())}")
   if args.members % args.devices:
     sys.exit(f"{args.members} members do not split over {args.devices} "
              "devices")
   mesh = None
   if args.devices > 1:
-    mesh = jax.make_mesh((args.devices,), ("x",),
-                         devices=jax.devices()[:args.devices])
+    mesh = jax.make_mesh((args.devices,), ("x",), devices=devices)
   weights = np.linspace(0.0, args.wmax, args.members)
   t0 = time.perf_counter()
   ens = Ensemble(weights, mesh, n=args.n, seed=args.seed)
@@ -217,7 +208,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"  we = {w:5.2f} mV: {r:7.2f} Hz")
   if args.plot and save_plot(weights, rates, args.plot,
                              f"CUBA, {args.n} neurons, {args.devices} device(s)"):
-    print(f"  plot saved to {args.plot}")
+    print(f"  plot saved to {_cli.output_path(args.plot)}")
   return dict(weights=weights, rates=rates, seconds=elapsed)
 
 

@@ -1,13 +1,12 @@
 """One script from one device to many processes: a recurrent rate network
 whose neurons are split over every device of every process.
 
-    python examples/scaleout.py                     # the devices this machine has
-    XLA_FLAGS=--xla_force_host_platform_device_count=8 python examples/scaleout.py
-    python examples/scaleout.py --processes 2       # 2 local processes x 4 CPU devices
-    srun --ntasks=8 python examples/scaleout.py     # SLURM: one process per task
+    python -m examples.scaleout                     # the devices this machine has
+    python -m examples.scaleout --devices 8         # 8 faked CPU devices
+    python -m examples.scaleout --processes 2       # 2 local processes x 4 CPU devices
+    srun --ntasks=8 python -m examples.scaleout     # SLURM: one process per task
 
-(Run from the repository root with PYTHONPATH=. if brainshard is not
-installed.) The model code never mentions devices or processes: the
+(Run from the repository root.) The model code never mentions devices or processes: the
 weights and rates carry logical axes, one rule maps ``'neuron'`` to the mesh
 axis, and the same numbers come out at every scale. See docs/multihost.md.
 """
@@ -15,28 +14,35 @@ axis, and the same numbers come out at every scale. See docs/multihost.md.
 import argparse
 import sys
 
+from examples import _cli
 
-def parse_args():
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--neurons", type=int, default=1024)
-  p.add_argument("--steps", type=int, default=200)
+
+def parse_args(argv=None):
+  p = argparse.ArgumentParser(prog="python -m examples.scaleout",
+                              description=__doc__.splitlines()[0])
+  p.add_argument("--neurons", type=int, default=1024,
+                 help="network size (default: %(default)s)")
+  p.add_argument("--steps", type=int, default=200,
+                 help="0.1 ms steps to simulate (default: %(default)s)")
+  _cli.add_devices(p, None)
   p.add_argument("--processes", type=int, default=0,
-                 help="launch this many local processes of this script")
+                 help="launch this many local processes of this example")
   p.add_argument("--local-devices", type=int, default=4,
                  help="faked CPU devices per launched process")
-  return p.parse_args()
+  return p.parse_args(argv)
 
 
-def main():
-  args = parse_args()
-  if args.processes:  # relaunch this script as a local multi-process run
+def main(argv=None):
+  args = parse_args(argv)
+  if args.processes:  # relaunch this example as a local multi-process run
     from brainshard.launch import launch
-    launch([__file__, "--neurons", str(args.neurons), "--steps",
-            str(args.steps)], args.processes,
+    launch(["-m", "examples.scaleout", "--neurons", str(args.neurons),
+            "--steps", str(args.steps)], args.processes,
            local_devices=args.local_devices, echo=True)
     return
 
   import brainshard as bs
+  _cli.fake_devices(args.devices)  # before the distributed runtime starts
   bs.init_distributed()  # no-op in a single process; joins the run otherwise
   import jax
   import jax.numpy as jnp

@@ -8,32 +8,35 @@ their rows of the recurrent weight matrix (``ParamState`` with
 the states back. The step is ``bs.jit(bs.shard_map(step))``, driven by a
 plain Python loop.
 
-    python examples/spiking_demo.py --devices 8 --neurons 4000 --steps 2000
+    python -m examples.spiking_demo --devices 8 --neurons 4000 --steps 2000
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
+from examples import _cli
+
 
 def parse_args(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--devices", type=int, default=8,
-                 help="number of faked CPU devices (default 8)")
-  p.add_argument("--neurons", type=int, default=4000)
-  p.add_argument("--steps", type=int, default=2000, help="0.1 ms steps")
-  p.add_argument("--seed", type=int, default=0)
+  p = argparse.ArgumentParser(prog="python -m examples.spiking_demo",
+                              description=__doc__.splitlines()[0])
+  _cli.add_devices(p, 8)
+  p.add_argument("--neurons", type=int, default=4000,
+                 help="network size, divisible by --devices "
+                      "(default: %(default)s)")
+  p.add_argument("--steps", type=int, default=2000,
+                 help="0.1 ms steps to simulate (default: %(default)s)")
+  p.add_argument("--seed", type=int, default=0,
+                 help="seeds the weights and initial potentials")
   return p.parse_args(argv)
 
 
 def main(argv=None) -> dict:
   args = parse_args(argv)
-  # The device count must be fixed before JAX starts.
-  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                             f" --xla_force_host_platform_device_count={args.devices}")
+  devices = _cli.use_devices(args.devices, "python -m examples.spiking_demo")
   import jax
   import jax.numpy as jnp
   from jax.sharding import PartitionSpec as P
@@ -43,10 +46,10 @@ def main(argv=None) -> dict:
   n, dt = args.neurons, 0.1                     # neurons, ms
   tau, v_rest, v_th, v_reset = 20.0, -60.0, -50.0, -60.0   # ms, mV
   drive = 10.5                                  # mV of constant input
-  if n % jax.device_count():
-    sys.exit(f"--neurons {n} must be divisible by {jax.device_count()} devices")
+  if n % len(devices):
+    sys.exit(f"--neurons {n} must be divisible by {len(devices)} devices")
 
-  mesh = jax.make_mesh((jax.device_count(),), ("x",))
+  mesh = jax.make_mesh((len(devices),), ("x",), devices=devices)
   k_v, k_conn = jax.random.split(jax.random.key(args.seed))
   n_exc = int(0.8 * n)
   connected = jax.random.bernoulli(k_conn, 0.02, (n, n))
@@ -81,7 +84,7 @@ def main(argv=None) -> dict:
   elapsed = time.perf_counter() - start
   seconds = args.steps * dt / 1000.0
   rate = total / n / seconds
-  print(f"{n} LIF neurons on {jax.device_count()} device(s), "
+  print(f"{n} LIF neurons on {len(devices)} device(s), "
         f"{args.steps} steps of {dt} ms")
   print(f"v: {v!r}")
   print(f"mean rate: {rate:.1f} Hz")

@@ -10,54 +10,55 @@ backpropagation through time over a ``bs.for_loop``: ``bs.value_and_grad``
 with ``grad_states=bs.ParamState`` returns ``{ParamState: gradient}``, which
 optax updates like any dict of parameters.
 
-    python examples/train_snn.py                  # one device
-    python examples/train_snn.py --devices 8      # data parallel, 8 devices
+    python -m examples.train_snn                  # one device
+    python -m examples.train_snn --devices 8      # data parallel, 8 devices
 
 With ``--devices N`` the batch is split over a mesh axis with ``bs.shard_map``;
 the parameters are replicated, and the gradient of a replicated ParamState
 comes back summed over the axis (JAX's ``check_vma`` semantics), so each
 step uses exactly the single-device gradient (no explicit ``psum``). On a
-CPU the N devices are faked with XLA_FLAGS. Needs optax (and tqdm for the
+CPU the example fakes the N devices itself. Needs optax (and tqdm for the
 progress bar). See docs/training.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+import brainshard as bs
+from examples import _cli
 
 
 def parse_args(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--devices", type=int, default=1)
-  p.add_argument("--epochs", type=int, default=8)
-  p.add_argument("--samples", type=int, default=256)
-  p.add_argument("--batch", type=int, default=64)
-  p.add_argument("--steps", type=int, default=40, help="time steps per sample")
-  p.add_argument("--inputs", type=int, default=20)
-  p.add_argument("--hidden", type=int, default=64)
-  p.add_argument("--classes", type=int, default=4)
-  p.add_argument("--lr", type=float, default=1e-2)
-  p.add_argument("--seed", type=int, default=0)
+  p = argparse.ArgumentParser(prog="python -m examples.train_snn",
+                              description=__doc__.splitlines()[0])
+  _cli.add_devices(p, 1)
+  p.add_argument("--epochs", type=int, default=8,
+                 help="passes over the data set (default: %(default)s)")
+  p.add_argument("--samples", type=int, default=256,
+                 help="samples in the data set (default: %(default)s)")
+  p.add_argument("--batch", type=int, default=64,
+                 help="samples per training step, split over the devices "
+                      "(default: %(default)s)")
+  p.add_argument("--steps", type=int, default=40,
+                 help="time steps per sample (default: %(default)s)")
+  p.add_argument("--inputs", type=int, default=20,
+                 help="input channels (default: %(default)s)")
+  p.add_argument("--hidden", type=int, default=64,
+                 help="recurrent LIF neurons (default: %(default)s)")
+  p.add_argument("--classes", type=int, default=4,
+                 help="classes to tell apart (default: %(default)s)")
+  p.add_argument("--lr", type=float, default=1e-2,
+                 help="Adam's learning rate (default: %(default)s)")
+  p.add_argument("--seed", type=int, default=0,
+                 help="seeds the data and the initial weights")
   return p.parse_args(argv)
-
-
-if __name__ == "__main__":  # fake CPU devices before JAX starts
-  _n = parse_args().devices
-  if _n > 1 and "xla_force_host_platform_device_count" not in os.environ.get(
-      "XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                               f" --xla_force_host_platform_device_count={_n}")
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-import brainshard as bs  # noqa: E402
 
 ALPHA, KAPPA, THRESHOLD = 0.9, 0.8, 1.0
 
@@ -144,7 +145,7 @@ def grad_fn(net: RecurrentLIF, devices: int):
 
 def train(args, log=print):
   """Trains and returns the mean loss per epoch."""
-  import optax
+  optax = _cli.require("optax", "optax>=0.2", "python -m examples.train_snn")
   x_all, y_all = make_task(args)
   net = RecurrentLIF(args, jax.random.PRNGKey(args.seed))
   opt = optax.adam(args.lr)
@@ -195,9 +196,7 @@ def main(argv=None):
   if args.batch % args.devices:
     raise SystemExit(f"--batch {args.batch} must divide over --devices "
                      f"{args.devices}")
-  if jax.device_count() < args.devices:
-    raise SystemExit(f"--devices {args.devices}, but JAX sees "
-                     f"{jax.device_count()} devices")
+  _cli.use_devices(args.devices, "python -m examples.train_snn")
   t0 = time.perf_counter()
   history = train(args)
   print(f"{args.epochs} epochs on {args.devices} device(s) in "

@@ -9,40 +9,38 @@ devices, so both halves compute at once. ``--spmd`` runs the same model as
 one program on one mesh over all devices, for comparison: the spikes and
 final States are bit for bit the same (input counts are integers).
 
-    python examples/two_areas.py --devices 8 --delay 10
-    python examples/two_areas.py --devices 8 --delay 10 --spmd
+    python -m examples.two_areas --devices 8 --delay 10
+    python -m examples.two_areas --devices 8 --delay 10 --spmd
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+import brainshard as bs
+from examples import _cli
 
 DT, STEPS_PER_MS = 0.1, 10
 
 
-def _mesh_args(argv):
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--devices", type=int, default=8)
-  p.add_argument("--delay", type=int, default=10, help="steps between areas")
-  p.add_argument("--duration", type=float, default=200.0, help="ms")
-  p.add_argument("--spmd", action="store_true", help="one program, one mesh")
+def parse_args(argv=None) -> argparse.Namespace:
+  p = argparse.ArgumentParser(prog="python -m examples.two_areas",
+                              description=__doc__.splitlines()[0])
+  _cli.add_devices(p, 8)
+  p.add_argument("--delay", type=int, default=10, metavar="D",
+                 help="synaptic delay between the areas in 0.1 ms steps "
+                      "(default: %(default)s)")
+  p.add_argument("--duration", type=float, default=0.2, metavar="S",
+                 help="simulated time in seconds (default: %(default)s)")
+  p.add_argument("--spmd", action="store_true",
+                 help="one program on one mesh instead of two tasks")
   return p.parse_args(argv)
-
-
-if __name__ == "__main__":  # faked CPU devices must be set before JAX starts
-  _n = _mesh_args(sys.argv[1:]).devices
-  os.environ.setdefault("XLA_FLAGS",
-                        f"--xla_force_host_platform_device_count={_n}")
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
-
-import brainshard as bs  # noqa: E402
 
 # Different sizes and parameters per area; weights are integer counts times
 # a per-area scale, so every sum is exact whatever the sharding.
@@ -163,8 +161,9 @@ def rates(spikes, n: int, steps: int) -> float:
 
 
 def main(argv=None):
-  args = _mesh_args(argv)
-  steps = int(args.duration * STEPS_PER_MS) // args.delay * args.delay
+  args = parse_args(argv)
+  _cli.use_devices(args.devices, "python -m examples.two_areas")
+  steps = int(args.duration * 1e3 * STEPS_PER_MS) // args.delay * args.delay
   a, b, step = (spmd if args.spmd else mpmd)(args.delay, args.devices)
   t0 = time.perf_counter()
   out_a, out_b = simulate(a, b, step, steps, args.delay, progress=True)

@@ -413,10 +413,7 @@ def test_grad_of_function_calling_bs_jit_and_nested_grad():
 
 
 def _train_snn():
-  import pathlib
-  import sys
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
-  import train_snn
+  from examples import train_snn
   return train_snn
 
 

@@ -124,3 +124,37 @@ def test_a_failed_scale_run_is_a_row_naming_its_case_and_error():
   assert r["error"].startswith("ValueError: connectivity must be")
   assert (r["impl"], r["n"], r["devices"], r["delay"], r["connectivity"]) == \
       ("brainshard", 40, 1, 1, "bogus")
+
+
+def test_one_command_line_names_every_benchmark():
+  """``python -m benchmarks COMMAND``: every bench_*.py module is a command
+  of the table or a workload of the suite; no command means the suite."""
+  import importlib
+  import pathlib
+  from benchmarks import cli
+  assert cli.resolve(["--quick", "--only", "demo"]) == \
+      ("suite", ["--quick", "--only", "demo"])
+  assert cli.resolve(["scale", "--quick"]) == ("scale", ["--quick"])
+  assert cli.resolve(["--gpu"]) == ("scale", ["--gpu"])  # older spelling
+  modules = {m for m, _ in cli.COMMANDS.values()}
+  for module in modules:
+    assert callable(importlib.import_module(module).main), module
+  in_suite = {f.__module__ for f in _workloads.WORKLOADS.values()}
+  folder = pathlib.Path(cli.__file__).parent
+  bench = {f"benchmarks.{p.stem}" for p in folder.glob("bench_*.py")}
+  assert bench - modules - in_suite == set()
+  assert all(name in cli.usage() for name in cli.COMMANDS)
+
+
+def test_command_help_names_the_command():
+  import pathlib
+  import subprocess
+  import sys
+  root = pathlib.Path(__file__).resolve().parents[1]
+  for argv, first in ((["--help"], "usage: python -m benchmarks [COMMAND]"),
+                      (["for-loop", "--help"],
+                       "usage: python -m benchmarks for-loop")):
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", *argv],
+                          cwd=root, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(first), proc.stdout

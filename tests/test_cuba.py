@@ -1,15 +1,12 @@
 """The CUBA/COBA example network: the same spikes on 1 and on 8 devices, and
 a mean rate in the published range."""
 
-import pathlib
-import sys
-
 import jax
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
-import cuba  # noqa: E402
+from examples import cuba
+from examples.cuba import kernels as ek
 
 
 def _mesh(n):
@@ -19,7 +16,6 @@ def _mesh(n):
 def test_stored_index_holds_the_fixed_in_degree_table_on_any_mesh():
   """Every neuron has exactly k partners (0.8 k excitatory), and each
   shard's push index lists exactly the hash table's synapses."""
-  import ei_kernels as ek
   n, k = 64, 10
   table = np.asarray(ek.presynaptic(jax.numpy.arange(n), k, n=n, n_exc=51,
                                     k=k, seed=1))
@@ -46,7 +42,6 @@ def test_event_delivery_counts_every_spike_at_every_branch(n):
   exactly what the pull table says, for spike counts on both sides of
   every branch's size."""
   import jax.numpy as jnp
-  import ei_kernels as ek
   k, n_exc = 20, int(0.8 * n)
   pre = ek.presynaptic(jnp.arange(n), k, n=n, n_exc=n_exc, k=k, seed=3)
   indptr, indices = ek.csr_from_table(pre, n)

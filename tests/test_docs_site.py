@@ -14,9 +14,9 @@ import pytest
 
 import brainshard as bs
 
+# docs_hooks.py lives at the repository root, on sys.path under pytest (the
+# root conftest.py).
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # docs_hooks.py lives at the repository root
-  sys.path.insert(0, str(ROOT))
 
 # The test extra installs the docs extra, so this runs in CI; it skips only
 # where someone installed brainshard without it.

@@ -6,7 +6,6 @@ every ``bs.`` name its table promises exists."""
 
 import pathlib
 import re
-import sys
 import warnings
 
 import jax
@@ -15,10 +14,9 @@ import pytest
 
 import brainshard as bs
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples"))
+from examples import ei_brainshard
 
-import ei_brainshard  # noqa: E402
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 STEPS = 1000
 
@@ -36,7 +34,7 @@ def port():
 
 def test_port_gives_the_brainstate_numbers(port):
   _brainstate()
-  import ei_brainstate
+  from examples import ei_brainstate
   spikes_bst, v_bst = ei_brainstate.simulate(STEPS)
   spikes, v = port
   assert spikes.shape == (STEPS, ei_brainshard.PARAMS["n"])

@@ -14,7 +14,6 @@ def test_simulation_doc_demo_runs(monkeypatch, capsys):
   text = (ROOT / "docs" / "simulation.md").read_text()
   demo = re.search(r"```python\n(.*?)```", text, re.S).group(1)
   monkeypatch.chdir(ROOT)
-  monkeypatch.setattr("sys.path", list(__import__("sys").path))
   exec(compile(demo, "docs/simulation.md", "exec"), {})
   jax.effects_barrier()
   captured = capsys.readouterr()

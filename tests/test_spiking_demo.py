@@ -1,23 +1,13 @@
 """The step-by-step demo runs, and its sharded network matches one device."""
 
-import importlib.util
-import pathlib
-
 import pytest
 
-DEMO = pathlib.Path(__file__).resolve().parents[1] / "examples" / "spiking_demo.py"
-
-
-def _load():
-  spec = importlib.util.spec_from_file_location("spiking_demo", DEMO)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+from examples import spiking_demo
 
 
 @pytest.mark.slow
 def test_spiking_demo_runs_and_reports(capsys):
-  result = _load().main(["--neurons", "800", "--steps", "300"])
+  result = spiking_demo.main(["--neurons", "800", "--steps", "300"])
   out = capsys.readouterr().out
   assert "mean rate" in out and "time per step" in out
   # Constant 10.5 mV drive over a 10 mV gap: every neuron fires within

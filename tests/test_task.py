@@ -1,8 +1,5 @@
 """Sub-mesh tasks (MPMD): bs.task, bs.split_mesh, bs.check_disjoint."""
 
-import pathlib
-import sys
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,9 +7,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import brainshard as bs
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
-import two_areas  # noqa: E402
+from examples import two_areas
 
 
 def halves():

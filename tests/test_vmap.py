@@ -394,10 +394,7 @@ def test_write_only_states_give_the_batch_size_and_kwargs_are_batched():
 
 
 def _ensemble_example():
-  import pathlib
-  import sys
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
-  import ensemble
+  from examples import ensemble
   return ensemble
 
 

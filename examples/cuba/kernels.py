@@ -2,10 +2,10 @@
 connectivity from a hash of (seed, neuron, slot), event-driven and on-the-fly
 spike delivery, and the neuron update.
 
-``examples/cuba.py`` wraps them in brainshard States; the scale benchmark
-(``benchmarks/bench_scale.py``) calls the same kernels from a hand-written
-``jax.jit`` + ``lax.scan`` program, so both run the same representation and
-algorithm.
+:mod:`examples.cuba.network` wraps them in brainshard States; the scale
+benchmark (``python -m benchmarks scale``, ``benchmarks/_ei.py``) calls the
+same kernels from a hand-written ``jax.jit`` + ``lax.scan`` program, so
+both run the same representation and algorithm.
 
 Connectivity: neuron ``g`` has ``K`` presynaptic partners, the first
 ``k_exc = 0.8 K`` drawn from the excitatory population ``[0, n_exc)``, the

@@ -1,0 +1,18 @@
+"""brainshard's examples, one module or package each, run from the
+repository root with ``python -m examples.NAME --help``:
+
+- ``cuba``: the CUBA/COBA benchmark network, sharded (README's demo).
+- ``spiking_demo``: a small LIF network, ``bs.jit(bs.shard_map(step))``
+  driven step by step.
+- ``ensemble``: a parameter sweep with ``bs.vmap``.
+- ``train_snn``: training a spiking network with ``bs.grad`` and optax.
+- ``two_areas``: two areas on two sub-meshes (``bs.task``).
+- ``scaleout``: one script from one device to many processes.
+- ``ei_brainstate`` / ``ei_brainshard``: a brainstate model and its port
+  (docs/migrating-from-brainstate.md); ``ei_data`` the network both build.
+
+Every example takes ``--devices N`` (faking N CPU devices itself), gives
+durations in seconds of simulated time, and writes its files into
+``results/`` (git-ignored). Other modules import them as a library
+(``from examples import cuba``); nothing edits ``sys.path``.
+"""

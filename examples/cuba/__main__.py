@@ -1,0 +1,5 @@
+"""``python -m examples.cuba``: see :mod:`examples.cuba.cli`."""
+
+from examples.cuba.cli import main
+
+main()
