@@ -76,10 +76,11 @@ def _blocks(x: jax.Array) -> dict:
 def move_array(x: jax.Array, target: NamedSharding, where: str) -> jax.Array:
   """``x`` laid out as ``target`` (on other devices), device to device.
 
-  Every block ``target`` puts on one of this process's devices is cut on a
-  source device that holds it and copied to its device; where no source
-  block holds it (the layout gathers what the source splits), ``x`` is first
-  gathered on its own devices. In a multi-process run JAX's CPU and GPU
+  Where every block ``target`` puts on a device is a block of ``x``, this is
+  ``jax.device_put``. Otherwise every block is cut on a source device that
+  holds it and copied to its device; where no source block holds it (the
+  layout gathers what the source splits), ``x`` is first gathered on its
+  own devices. In a multi-process run JAX's CPU and GPU
   runtimes cannot move an array between processes, so every process must
   hold the blocks its own target devices need; otherwise the error names
   both device sets and the fix.
@@ -96,12 +97,18 @@ def move_array(x: jax.Array, target: NamedSharding, where: str) -> jax.Array:
     ([2, 3], Array([0., 1., 2., 3.], dtype=float32))
   """
   wanted = target.addressable_devices_indices_map(x.shape)
-  blocks = _blocks(x)
-  found = {d: _containing(_bounds(i, x.shape), blocks)
-           for d, i in wanted.items()}
-  if any(f is None for f in found.values()) or (
-      jax.process_count() > 1 and not found):
-    if jax.process_count() > 1:  # (no target device here: also across)
+  single = jax.process_count() == 1
+  for attempt in ("as it is", "gathered"):
+    blocks = _blocks(x)
+    found = {d: _containing(_bounds(i, x.shape), blocks)
+             for d, i in wanted.items()}
+    if single and all(f is not None and f[0] == _bounds(wanted[d], x.shape)
+                      for d, f in found.items()):
+      # Whole blocks: JAX's own copy is device to device, and fastest.
+      return jax.device_put(x, target)
+    if all(f is not None for f in found.values()) and (single or found):
+      break
+    if not single:  # (no target device in this process: also across)
       raise ValueError(
           f"{where}: an argument of shape {x.shape} on devices "
           f"{device_ids(x.sharding.device_set)} cannot reach devices "
@@ -109,9 +116,7 @@ def move_array(x: jax.Array, target: NamedSharding, where: str) -> jax.Array:
           "arrays only where each process holds the same blocks in both "
           "meshes. Give every sub-mesh devices of every process in the same "
           "order (see docs/submesh.md), or gather the value first.")
-    blocks = _blocks(_gathered(x))
-    found = {d: _containing(_bounds(i, x.shape), blocks)
-             for d, i in wanted.items()}
+    x = _gathered(x)
   devices = list(wanted)
   parts = [_cut(found[d][1], found[d][0], _bounds(wanted[d], x.shape))
            for d in devices]
