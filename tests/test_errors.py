@@ -701,3 +701,25 @@ def test_a_wrong_write_without_a_spec_change_has_no_spec_note():
     bs.shard_map(step, mesh=m, in_specs=(), out_specs=P())()
   assert "written with float32[3]" in str(info.value)
   assert "state_out_specs" not in str(info.value)
+
+
+def test_a_users_own_assertion_or_name_error_arrives_unchanged():
+  m = mesh((8,), ("x",))
+
+  def asserts(x):
+    assert x.shape == (99,), "the user's check"
+    return x
+
+  with pytest.raises(AssertionError, match="^the user's check") as info:
+    bs.shard_map(asserts, mesh=m, in_specs=P("x"), out_specs=P("x"))(
+        jnp.ones(16))
+  assert "mesh axis" not in _full_text(info.value)
+
+  def typo(x):
+    return x + undefined_name  # noqa: F821
+
+  with pytest.raises(NameError, match="^name 'undefined_name' is not "
+                     "defined") as info:
+    bs.shard_map(typo, mesh=m, in_specs=P("x"), out_specs=P("x"))(
+        jnp.ones(16))
+  assert "mesh axis" not in _full_text(info.value)
