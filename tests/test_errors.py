@@ -723,3 +723,24 @@ def test_a_users_own_assertion_or_name_error_arrives_unchanged():
     bs.shard_map(typo, mesh=m, in_specs=P("x"), out_specs=P("x"))(
         jnp.ones(16))
   assert "mesh axis" not in _full_text(info.value)
+
+
+def test_matmul_and_reshape_shape_errors_list_the_inputs_too():
+  m = mesh((8,), ("x",))
+  w = bs.State(jnp.ones((64, 4)), name="w", spec=P("x"))
+  for body in (lambda x: x @ w.value, lambda x: x.reshape(8) * 2):
+    with pytest.raises(TypeError) as info:
+      bs.shard_map(body, mesh=m, in_specs=P("x"), out_specs=P("x"))(
+          jnp.ones(128))
+    text = _full_text(info.value)
+    assert "positional argument 0: float32[128]" in text, text
+    assert "per shard float32[16]" in text
+
+
+def test_shape_error_of_unsplit_inputs_gets_no_per_shard_note():
+  m = mesh((1,), ("x",))
+  v = bs.State(jnp.zeros(4), name="v")
+  with pytest.raises(TypeError, match="cannot reshape") as info:
+    bs.shard_map(lambda: v.value.reshape(3), mesh=m, in_specs=(),
+                 out_specs=P())()
+  assert "per shard" not in _full_text(info.value)

@@ -77,14 +77,15 @@ def explain_axis_error(e: Exception, name: str, mesh: Any,
 def input_rows(mesh: Any, manual: frozenset | None, args: Any,
                 arg_specs: Sequence[Sequence[P]], kwargs: dict,
                 kwarg_specs: dict, touched) -> list[tuple[str, str, Any]]:
-  """``(who, 'global ... spec ... per shard ...', per-shard shape)`` for
-  every argument leaf and every State the body touched."""
+  """``(who, 'global ... spec ... per shard ...', per-shard shape, split)``
+  for every argument leaf and every State the body touched."""
   rows = []
 
   def add(who, aval, spec, which):
     block = shard_aval(aval, manual_spec(spec, manual), mesh)
     rows.append((who, f"{_short(aval)}, {which} {spec} -> per shard "
-                      f"{_short(block)}", tuple(block.shape)))
+                      f"{_short(block)}", tuple(block.shape),
+                 block.shape != aval.shape))
   for i, (arg, specs) in enumerate(zip(args, arg_specs)):
     for (path, leaf), spec in zip(
         jax.tree_util.tree_flatten_with_path(arg)[0], specs):
@@ -113,6 +114,10 @@ def _mentioned(shape: tuple, message: str) -> bool:
           or f"[{','.join(map(str, shape))}]" in message)
 
 
+_SHAPE_ERRORS = ("requires contracting dimensions to have the same shape",
+                 "cannot reshape array of shape")
+
+
 def explain_shape_error(e: Exception, name: str, mesh: Any,
                         manual_axes: Sequence[str], rows, touched) -> None:
   """Re-raises a shape error met at per-shard types with the inputs whose
@@ -121,14 +126,20 @@ def explain_shape_error(e: Exception, name: str, mesh: Any,
   ``rows`` come from :func:`input_rows`; ``touched`` is ``(state, specs,
   signature)`` per State the body read."""
   message = str(e)
-  if "broadcast" not in message and "incompatible shapes" not in message:
-    return  # a user's own exception arrives exactly as raised
+  # JAX's shape errors; a user's own exception arrives exactly as raised.
+  clash = "broadcast" in message or "incompatible shapes" in message.lower()
+  if not clash and not any(m in message for m in _SHAPE_ERRORS):
+    return
   replicated = [(s, sig) for s, specs, sig in touched
                 if all(len(p) == 0 for p in specs)
                 and any(a.shape and str(tuple(a.shape)) in message
-                        for a in sig[1])]
-  listed = [(who, text) for who, text, shape in rows
-            if _mentioned(shape, message)]
+                        for a in sig[1])] if clash else []
+  mentioned = [row for row in rows if _mentioned(row[2], message)]
+  # Only where a split input is involved do per-shard shapes explain it;
+  # then every input is listed, or those the message names if many.
+  shown = rows if len(rows) <= 8 else mentioned
+  listed = [(who, text) for who, text, _, _ in shown] if any(
+      split for *_, split in mentioned) else []
   if not listed and not replicated:
     return
   parts = [message]
