@@ -11,8 +11,6 @@ device, and the blocks are assembled into one array.
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
