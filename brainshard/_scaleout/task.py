@@ -191,13 +191,12 @@ class Task:
            "move it there (device to device, keeping its spec) when the task "
            "reads it.")
     arrays = [x for x in leaves if isinstance(x, jax.Array)]
+    where = device_ids(set().union(*(x.sharding.device_set for x in arrays)))
     if not any(self._elsewhere(x) for x in arrays):
-      where = device_ids(set().union(*(x.sharding.device_set for x in arrays)))
       return (f"{self.name}: {s._label()} was never placed on a mesh (its "
               f"value sits uncommitted on device {where}), so this task's "
               f"mesh (devices {device_ids(self.devices)}) would receive a "
               f"copy on every call and the State would stay unplaced. {fix}")
-    where = device_ids(set().union(*(x.sharding.device_set for x in arrays)))
     return (f"{self.name}: {s._label()} lives on devices {where}, outside "
             f"this task's mesh (devices {device_ids(self.devices)}). {fix}")
 
