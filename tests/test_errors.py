@@ -580,3 +580,167 @@ def test_error_in_user_code_has_no_brainshard_frames(transform):
   assert any(f.name == "step" for f in frames)  # the user's line is there
   assert not [f.filename for f in frames if f.filename.startswith(package)]
   np.testing.assert_array_equal(np.asarray(v.value), np.zeros(4))
+
+
+# -- errors a newcomer met (issue 21 item 5) ----------------------------------
+
+
+@pytest.mark.parametrize("check_vma", [True, False])
+@pytest.mark.parametrize("collective", [
+    lambda x: jax.lax.psum(x.sum(), "y"),
+    lambda x: jax.lax.pmean(x, ("x", "y")),
+    lambda x: jax.lax.all_gather(x, "y"),
+    lambda x: jax.lax.axis_index("y") + x])
+def test_collective_over_an_axis_the_mesh_lacks_names_it(collective, check_vma):
+  import os
+  import traceback
+  m = mesh((8,), ("x",))
+  v = bs.State(jnp.ones(16), name="v", spec=P("x"))
+  snap = _Snapshot(v)
+
+  def step(x):
+    v.value = v.value * 2
+    return collective(x)
+
+  with pytest.raises((ValueError, NameError)) as info:
+    bs.shard_map(step, mesh=m, in_specs=P("x"), out_specs=P(),
+                 check_vma=check_vma)(jnp.ones(16))
+  text = _full_text(info.value)
+  assert "names mesh axis 'y', but the mesh has no such axis" in text
+  assert "The mesh has axes ('x',) (shape {'x': 8})" in text
+  assert "jax.lax.psum(x, 'x')" in text  # the fix
+  snap.check()
+  package = os.path.dirname(os.path.abspath(bs.__file__))
+  frames = traceback.extract_tb(info.value.__traceback__)
+  assert not [f.filename for f in frames if f.filename.startswith(package)]
+
+
+def test_collective_over_an_automatic_axis_says_it_is_not_manual():
+  m = mesh((4, 2), ("x", "y"))
+  step = bs.shard_map(lambda x: jax.lax.psum(x.sum(), "y"), mesh=m,
+                      in_specs=P("x"), out_specs=P(), axis_names={"x"})
+  with pytest.raises((ValueError, NameError),
+                     match=r"names mesh axis 'y', but it is not one of this "
+                     r"shard_map's manual axes.*may name \('x',\)"):
+    step(jnp.ones(8))
+
+
+def test_wrong_but_divisible_argument_shape_names_argument_and_state():
+  m = mesh((8,), ("x",))
+  v = bs.State(jnp.zeros(64), name="v", spec=P("x"))
+  snap = _Snapshot(v)
+
+  @bs.shard_map(mesh=m, in_specs=P("x"), out_specs=P("x"))
+  def step(x):
+    v.value = v.value + x
+    return v.value
+
+  with pytest.raises(TypeError) as info:
+    step(jnp.ones(128))  # meant 64: divisible, so only the shard shapes clash
+  text = _full_text(info.value)
+  assert "(8,), (16,)" in text  # JAX's own words stay
+  assert re.search(r"positional argument 0: float32\[128\], in_specs "
+                   r"P\('x',?\) -> per shard float32\[16\]", text), text
+  assert re.search(r"State 'v': float32\[64\], state_in_specs P\('x',?\) -> "
+                   r"per shard float32\[8\]", text), text
+  assert "mesh axes ('x',) (shape {'x': 8})" in text
+  assert "global shape you meant" in text  # the fix
+  snap.check()
+
+
+def test_wrong_keyword_argument_shape_names_it():
+  m = mesh((4,), ("x",))
+  v = bs.State(jnp.zeros(8), name="v", spec=P("x"))
+
+  def step(*, drive):
+    v.value = v.value + drive
+
+  with pytest.raises(TypeError, match=r"keyword argument 'drive': "
+                     r"float32\[4\], kwarg_specs P\(\) -> per shard "
+                     r"float32\[4\]"):
+    bs.shard_map(step, mesh=m, out_specs=P())(drive=jnp.ones(4))
+  np.testing.assert_array_equal(np.asarray(v.value), np.zeros(8))
+
+
+def test_state_out_specs_mistake_points_at_the_spec():
+  m = mesh((8,), ("x",))
+  w = bs.State(jnp.zeros(64), name="w")
+  snap = _Snapshot(w)
+
+  def step(x):
+    w.value = w.value + x  # per-shard block of P('x'): 8 values
+    return x
+
+  f = bs.shard_map(step, mesh=m, in_specs=P("x"), out_specs=P("x"),
+                   state_in_specs={w: P("x")}, state_out_specs={w: P()})
+  with pytest.raises(ValueError) as info:
+    f(jnp.ones(64))
+  text = _full_text(info.value)
+  assert "holds float32[64] but was written with float32[8]" in text
+  assert re.search(r"State 'w' \(float32\[64\]\) leaves "
+                   r"bs.shard_map\(\S*step\) with state_out_specs P\(\), "
+                   r"so each shard must write its block of that spec, "
+                   r"float32\[64\]; its state_in_specs is P\('x',?\), "
+                   r"whose block is float32\[8\]", text), text
+  assert "drop it from state_out_specs" in text  # the fix
+  snap.check()
+  # the fix works: leaving as it came
+  bs.shard_map(step, mesh=m, in_specs=P("x"), out_specs=P("x"),
+               state_in_specs={w: P("x")})(jnp.ones(64))
+  np.testing.assert_array_equal(np.asarray(w.value), np.ones(64))
+
+
+def test_a_wrong_write_without_a_spec_change_has_no_spec_note():
+  m = mesh((8,), ("x",))
+  w = bs.State(jnp.zeros(64), name="w", spec=P("x"))
+
+  def step():
+    w.value = jnp.zeros(3)
+
+  with pytest.raises(ValueError) as info:
+    bs.shard_map(step, mesh=m, in_specs=(), out_specs=P())()
+  assert "written with float32[3]" in str(info.value)
+  assert "state_out_specs" not in str(info.value)
+
+
+def test_a_users_own_assertion_or_name_error_arrives_unchanged():
+  m = mesh((8,), ("x",))
+
+  def asserts(x):
+    assert x.shape == (99,), "the user's check"
+    return x
+
+  with pytest.raises(AssertionError, match="^the user's check") as info:
+    bs.shard_map(asserts, mesh=m, in_specs=P("x"), out_specs=P("x"))(
+        jnp.ones(16))
+  assert "mesh axis" not in _full_text(info.value)
+
+  def typo(x):
+    return x + undefined_name  # noqa: F821
+
+  with pytest.raises(NameError, match="^name 'undefined_name' is not "
+                     "defined") as info:
+    bs.shard_map(typo, mesh=m, in_specs=P("x"), out_specs=P("x"))(
+        jnp.ones(16))
+  assert "mesh axis" not in _full_text(info.value)
+
+
+def test_matmul_and_reshape_shape_errors_list_the_inputs_too():
+  m = mesh((8,), ("x",))
+  w = bs.State(jnp.ones((64, 4)), name="w", spec=P("x"))
+  for body in (lambda x: x @ w.value, lambda x: x.reshape(8) * 2):
+    with pytest.raises(TypeError) as info:
+      bs.shard_map(body, mesh=m, in_specs=P("x"), out_specs=P("x"))(
+          jnp.ones(128))
+    text = _full_text(info.value)
+    assert "positional argument 0: float32[128]" in text, text
+    assert "per shard float32[16]" in text
+
+
+def test_shape_error_of_unsplit_inputs_gets_no_per_shard_note():
+  m = mesh((1,), ("x",))
+  v = bs.State(jnp.zeros(4), name="v")
+  with pytest.raises(TypeError, match="cannot reshape") as info:
+    bs.shard_map(lambda: v.value.reshape(3), mesh=m, in_specs=(),
+                 out_specs=P())()
+  assert "per shard" not in _full_text(info.value)

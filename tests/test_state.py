@@ -2,6 +2,8 @@
 access, metadata, sharding and repr. Tracing through frames (threads
 included) is in test_frames.py."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -212,3 +214,47 @@ def test_repr_without_name():
   r = repr(s)
   assert r.startswith("State(") and "\n" not in r
   assert "int32" in r and "3" in r and "2" in r
+
+
+# ----------------------------------------------------------------------------
+# a list of numbers is not a pytree of scalars (issue 21)
+
+
+@pytest.mark.parametrize("value, shape", [
+    ([1, 2, 3], "(3,)"), ((1.0, 2.0), "(2,)"), ([[1, 2], [3, 4]], "(2, 2)"),
+    ([np.float32(1), 2.0], "(2,)")])
+def test_a_list_of_numbers_is_an_error_saying_use_an_array(value, shape):
+  with pytest.raises(TypeError, match=(
+      rf"ParamState\('w'\): the value is a {type(value).__name__} of "
+      rf".*not one array of shape {re.escape(shape)}.*jnp.asarray")):
+    bs.ParamState(value, name="w")
+
+
+def test_a_long_list_of_numbers_fails_at_once_with_a_short_message():
+  with pytest.raises(TypeError) as info:
+    bs.State(list(range(4000)))
+  message = str(info.value)
+  assert "4000 Python numbers" in message and len(message) < 400
+
+
+def test_writing_a_list_of_numbers_is_an_error_and_changes_nothing():
+  v = bs.State(jnp.zeros(3), name="v")
+  before = v.value
+  with pytest.raises(TypeError, match=r"State 'v' \(written\): the value is "
+                     r"a list of 3 Python numbers.*jnp.asarray"):
+    v.value = [1.0, 2.0, 3.0]
+  assert v.value is before
+  v.value = jnp.asarray([1.0, 2.0, 3.0])  # the fix works
+  np.testing.assert_array_equal(np.asarray(v.value), [1.0, 2.0, 3.0])
+
+
+def test_pytrees_of_arrays_and_dicts_of_numbers_stay_valid():
+  s = bs.State([jnp.ones(2), jnp.zeros(2)])
+  assert jax.tree.structure(s.value) == jax.tree.structure([0, 0])
+  s.value = [jnp.zeros(2), jnp.ones(2)]
+  d = bs.State({"a": 1.0, "b": 2})
+  assert d.value["b"].dtype == jnp.int32
+  t = bs.State([jnp.asarray(1.0), jnp.asarray(2.0)])
+  t.value = [3.0, 4.0]  # its structure is already a list of scalars
+  assert float(t.value[1]) == 4.0
+  assert bs.State([]).value == []

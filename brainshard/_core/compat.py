@@ -26,6 +26,9 @@ internal                                       used for                         
 ``jax.extend.core.get_opaque_trace_state``     telling a foreign JAX transform from ours        (jax.extend, semi-public)
 ``jax.extend.core.jaxpr_as_fun``               evaluating a discovery's jaxpr without Python    ``jax.core.eval_jaxpr``
 ``jax.core.Tracer``, ``jax.core.ShapedArray``  is-this-traced checks; per-shard avals           (public, re-exported here)
+``axis_name`` / ``axes`` locals of JAX's       naming the axis of a collective that failed      none (JAX raises a bare
+frames in a traceback                          with a bare AssertionError (an axis the mesh     ``AssertionError``)
+                                               lacks: :func:`collective_axis_names`)
 =============================================  ===============================================  ===========================
 """
 
@@ -47,7 +50,7 @@ __all__ = ["at_top_level", "current_trace", "new_trace_input", "jaxpr_as_fun",
            "Tracer", "ShapedArray", "is_traced", "varying_axes",
             "get_opaque_trace_state", "step_aval", "eager", "under_trace",
            "forget_staged_closures", "hide_from_tracebacks", "api_boundary",
-           "ArrayImpl"]
+           "ArrayImpl", "collective_axis_names"]
 
 # `ArrayImpl` is the concrete type of every jax.Array a computation returns;
 # the donation rule (brainshard/_donation.py) only vouches for that type.
@@ -153,3 +156,27 @@ def eager() -> Any:
   when it is first needed in the middle of a trace.
   """
   return _core.set_current_trace(_core.eval_trace)
+
+
+def collective_axis_names(exc: BaseException) -> set:
+  """Axis names a JAX collective was called with, read from the
+  ``axis_name`` / ``axes`` locals of JAX's frames in ``exc``'s traceback
+  (for a collective over an axis the mesh lacks JAX raises a bare
+  ``AssertionError``); empty where there are none.
+
+  Example:
+    >>> collective_axis_names(ValueError())
+    set()
+  """
+  names: set = set()
+  tb = exc.__traceback__
+  while tb is not None:
+    frame = tb.tb_frame
+    if "/jax/" in frame.f_code.co_filename.replace("\\", "/"):
+      for key in ("axis_name", "axes"):
+        value = frame.f_locals.get(key)
+        many = isinstance(value, (tuple, list, set, frozenset))
+        values = value if many else (value,)
+        names.update(a for a in values if isinstance(a, str))
+    tb = tb.tb_next
+  return names

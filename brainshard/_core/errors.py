@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-__all__ = ["StateTraceError", "Rediscover"]
+from typing import Any
+
+import jax
+import numpy as np
+
+__all__ = ["StateTraceError", "Rediscover", "check_not_scalar_list"]
 
 
 class StateTraceError(RuntimeError):
@@ -40,3 +45,41 @@ class Rediscover(Exception):
     super().__init__("internal: brainshard state set changed")
     self.reads = list(reads)
     self.writes = list(writes)
+
+
+_SCALARS = (int, float, complex, bool, np.generic)
+
+
+def check_not_scalar_list(value: Any, owner: str) -> None:
+  """A list or tuple of numbers is meant as one array; JAX would take it as
+  a pytree of scalar leaves (`v.value + 1` is then list concatenation, and a
+  long list one input per number), so it is an error saying what to write.
+  A list of arrays, a dict or a named tuple of scalars stay pytrees.
+
+  Example:
+    >>> import brainshard as bs, jax.numpy as jnp
+    >>> try:
+    ...   bs.State([1, 2, 3], name='w')
+    ... except TypeError as e:
+    ...   print(str(e)[:52])
+    State('w'): the value is a list of 3 Python numbers,
+    >>> bs.State(jnp.asarray([1, 2, 3]), name='w')
+    State(name='w', value=int32[3])
+  """
+  if type(value) not in (list, tuple) or not value:
+    return
+  leaves = jax.tree.leaves(value)
+  if leaves and all(isinstance(x, _SCALARS) for x in leaves):
+    text = repr(value)
+    text = text if len(text) <= 40 else f"{text[:36]}...{text[-1]}"
+    try:
+      shape = f" of shape {np.shape(value)}"
+    except ValueError:  # ragged: no array at all
+      shape = ""
+    raise TypeError(
+        f"{owner}: the value is a {type(value).__name__} of {len(leaves)} "
+        f"Python numbers, {text}, which JAX would take as a pytree of "
+        f"{len(leaves)} separate scalars, not one array{shape}. Pass an "
+        "array: "
+        f"jnp.asarray({text if len(text) <= 20 else '...'}) or "
+        "np.array(...). (A list or tuple of arrays is a valid pytree value.)")

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from brainshard._core import compat
-from brainshard._core.errors import StateTraceError
+from brainshard._core.errors import StateTraceError, check_not_scalar_list
 
 if TYPE_CHECKING:
   from brainshard._core.frames import Frame
@@ -160,7 +160,9 @@ class State:
 
   Args:
     value: a pytree of arrays; Python scalars and NumPy arrays become JAX
-      arrays (with a strong dtype).
+      arrays (with a strong dtype). A list or tuple of Python numbers is an
+      error (JAX would take it as that many scalars): pass
+      ``jnp.asarray([...])``.
     name: an optional name used in error messages and reprs.
     spec: the state's default ``PartitionSpec`` for ``shard_map`` (or a pytree
       of them matching ``value``); ``None`` means replicated.
@@ -185,6 +187,8 @@ class State:
       raise TypeError(
           f"State(...) was given another State {value._label()}; pass its "
           "value (`state.value`) instead.")
+    check_not_scalar_list(value, f"{type(self).__name__}"
+                          f"({'...' if name is None else repr(name)})")
     self.name = name
     self.spec = spec
     self.axes = axes
@@ -359,6 +363,9 @@ class State:
           "from the JAX-transformed function and assign it outside. Reading a "
           "State under jax.jit is allowed: its value is captured as a "
           "constant.")
+    if action != "created" and (self._value is _UNSET or jax.tree.structure(
+        self._value) != jax.tree.structure(value)):
+      check_not_scalar_list(value, f"{self._label()} ({action})")
     return _canonical(value, self._label())
 
   def _set_global(self, value: Any) -> None:

@@ -6,7 +6,8 @@ JAX has no MPMD API; its documented way is one mesh per group of devices
 disjoint devices run at the same time. A :class:`Task` is that, for a
 stateful step: ``bs.jit(bs.shard_map(fun, mesh=submesh, ...))`` whose States
 are checked to live on ``submesh`` and whose arguments coming from another
-mesh are moved there (device to device) when the task consumes them. Nothing
+mesh are moved there (device to device, ``move.py``) when the task consumes
+them. Nothing
 in a call waits for the devices or goes through the host, so a Python loop
 calling two tasks on disjoint meshes keeps both busy.
 """
@@ -21,8 +22,11 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from brainshard._core.args import fun_name
 from brainshard._core.compat import Tracer
+from brainshard._core.specs import (
+    check_spec, leaf_specs, resolve_state_spec, spec_axes)
 from brainshard._core.state import State
 from brainshard._scaleout.describe import device_ids
+from brainshard._scaleout.move import move_array
 from brainshard._transforms.jit import jit
 from brainshard._transforms.shard_map import shard_map
 
@@ -101,38 +105,6 @@ def check_disjoint(*tasks_or_meshes: Any) -> None:
                          f"devices {device_ids(a & b)}.")
 
 
-def _index_key(index: tuple, shape: tuple) -> tuple:
-  return tuple(i.indices(n) for i, n in zip(index, shape))
-
-
-def move_array(x: jax.Array, target: NamedSharding, where: str) -> jax.Array:
-  """``x`` laid out as ``target`` on another mesh, device to device.
-
-  Within one process this is ``jax.device_put``. In a multi-process run JAX's CPU and GPU runtimes
-  cannot move an array between different device sets across processes; a
-  sub-mesh that spans the processes the way the source does (each process
-  holding the same blocks in both) is served by moving every process's own
-  blocks to its own devices.
-  """
-  if jax.process_count() == 1:
-    return jax.device_put(x, target)  # asynchronous; no host round trip
-  blocks = {_index_key(s.index, x.shape): s.data for s in x.addressable_shards}
-  local = []
-  mine = target.addressable_devices_indices_map(x.shape)
-  for device, index in (mine or {None: None}).items():
-    block = blocks.get(_index_key(index, x.shape)) if mine else None
-    if block is None:
-      raise ValueError(
-          f"{where}: an argument of shape {x.shape} on devices "
-          f"{device_ids(x.sharding.device_set)} cannot reach devices "
-          f"{device_ids(target.device_set)}: across processes, JAX moves "
-          "arrays only where each process holds the same blocks in both "
-          "meshes. Give every sub-mesh devices of every process in the same "
-          "order (see docs/submesh.md), or gather the value first.")
-    local.append(jax.device_put(block, device))
-  return jax.make_array_from_single_device_arrays(x.shape, target, local)
-
-
 class Task:
   """A stateful step bound to a sub-mesh; see :func:`task`."""
 
@@ -200,25 +172,67 @@ class Task:
   # -- States ----------------------------------------------------------------
 
   def _check_states(self, states: Sequence[State]) -> None:
+    """Every State the call reads lives on this mesh, or is moved here with
+    ``move_states`` (all checked and moved before any State changes)."""
+    moves = []
     for s in states:
       leaves = jax.tree.leaves(s._value)
-      if not any(self._elsewhere(x) for x in leaves):
+      if not any(self._elsewhere(x) or _unplaced(x) for x in leaves):
         continue
       if not self.move_states:
-        where = device_ids(set().union(*(
-            x.sharding.device_set for x in leaves if isinstance(x, jax.Array))))
-        raise ValueError(
-            f"{self.name}: {s._label()} lives on devices {where}, outside "
-            f"this task's mesh (devices {device_ids(self.devices)}). Place "
-            "it on the task's mesh (bs.place(state, mesh) or "
-            "bs.sharded_init(..., mesh=mesh)), or pass move_states=True to "
-            "move it there (device to device) when the task reads it.")
-    if self.move_states:
-      replicated = NamedSharding(self.mesh, P())
-      for s in states:
-        if any(self._elsewhere(x) for x in jax.tree.leaves(s._value)):
-          s.value = jax.tree.map(
-              lambda x: move_array(x, replicated, self.name), s._value)
+        raise ValueError(self._not_here(s, leaves))
+      moves.append((s, self._moved_here(s)))
+    for s, value in moves:
+      s.value = value
+
+  def _not_here(self, s: State, leaves: list) -> str:
+    fix = ("Place it on the task's mesh (bs.place(state, mesh) or "
+           "bs.sharded_init(..., mesh=mesh)), or pass move_states=True to "
+           "move it there (device to device, keeping its spec) when the task "
+           "reads it.")
+    arrays = [x for x in leaves if isinstance(x, jax.Array)]
+    where = device_ids(set().union(*(x.sharding.device_set for x in arrays)))
+    if not any(self._elsewhere(x) for x in arrays):
+      return (f"{self.name}: {s._label()} was never placed on a mesh (its "
+              f"value sits uncommitted on device {where}), so this task's "
+              f"mesh (devices {device_ids(self.devices)}) would receive a "
+              f"copy on every call and the State would stay unplaced. {fix}")
+    return (f"{self.name}: {s._label()} lives on devices {where}, outside "
+            f"this task's mesh (devices {device_ids(self.devices)}). {fix}")
+
+  def _moved_here(self, s: State) -> Any:
+    """``s``'s value on this mesh: each leaf keeps the spec the task reads it
+    with (state_in_specs, the State's spec or axes) or, where that is P(),
+    the split it has now when this mesh has those axes."""
+    leaves, treedef = jax.tree.flatten(s._value)
+    spec = resolve_state_spec(s, self._sm.state_in_specs, mesh=self.mesh)
+    specs = leaf_specs(spec, s._value, f"{self.name}: {s._label()}")
+    targets = []
+    for x, spec in zip(leaves, specs, strict=True):
+      check_spec(spec, x.shape, self.mesh,
+                 f"{self.name}: moving {s._label()} with move_states=True")
+      targets.append(NamedSharding(self.mesh, spec if spec_axes(spec)
+                                   else self._kept_spec(x)))
+    return jax.tree.unflatten(treedef, [
+        move_array(x, t, self.name) if self._elsewhere(x) or _unplaced(x)
+        else x for x, t in zip(leaves, targets)])
+
+  def _kept_spec(self, x: Any) -> P:
+    """``x``'s current split where this mesh can hold it so, else P()."""
+    now = getattr(x, "sharding", None)
+    if not isinstance(now, NamedSharding):
+      return P()
+    try:
+      check_spec(now.spec, x.shape, self.mesh, "")
+    except ValueError:  # an axis this mesh lacks, or sizes that don't divide
+      return P()
+    return now.spec
+
+
+def _unplaced(x: Any) -> bool:
+  """An array never placed anywhere (JAX's uncommitted default device)."""
+  return (isinstance(x, jax.Array) and not isinstance(x, Tracer)
+          and not x.committed)
 
 
 def task(fun: Callable | None = None, *, mesh: Mesh, in_specs: Any = P(),
@@ -234,11 +248,16 @@ def task(fun: Callable | None = None, *, mesh: Mesh, in_specs: Any = P(),
 
   - every State the step reads must live on ``submesh`` (create it there with
     ``bs.sharded_init(..., mesh=submesh)`` or ``bs.place``); one on other
-    devices is an error naming it and both device sets, raised before
-    anything runs, unless ``move_states=True`` (then it is moved here);
+    devices, or one never placed on any mesh (a plain array on JAX's default
+    device), is an error naming it and the device sets, raised before
+    anything runs or changes, unless ``move_states=True``: then it is moved
+    here device to device, keeping its spec (the one the task reads it with:
+    ``state_in_specs``, the State's ``spec`` or ``axes``; where that is
+    ``P()``, the split it has, if ``submesh`` has those axes);
   - an argument produced on another mesh (another task's output) is moved
-    to this mesh with ``jax.device_put`` (device to device) when consumed;
-    outputs stay where they were produced;
+    to this mesh device to device when consumed, also where its layout
+    changes (``brainshard/_scaleout/move.py``: no host round trip on any
+    supported JAX); outputs stay where they were produced;
   - a call never waits for the devices: a Python loop calling tasks on
     disjoint meshes dispatches them all and the devices run them at once.
 

@@ -25,6 +25,8 @@ from brainshard._core.specs import (
     manual_spec, match_state_spec, resolve_state_spec, spec_axes)
 from brainshard._core.state import (
     Signature, State, describe_signature)
+from brainshard._transforms.shard_errors import (
+    explain_axis_error, explain_shape_error, explain_write, input_rows)
 from brainshard._transforms.shard_frames import DiscoveryShardFrame, unsharded
 
 __all__ = ["Plan", "ShardPlanning", "spec_tree"]
@@ -228,7 +230,13 @@ class ShardPlanning:
 
       def run(*leaves):
         args, kwargs = call.unflatten(treedef, leaves)
-        return self.fun(*args, **kwargs)
+        try:
+          return self.fun(*args, **kwargs)
+        except (AssertionError, NameError, ValueError) as e:
+          # Here JAX's frames (which name the axis) are still in the
+          # traceback; above, its filtering drops them.
+          explain_axis_error(e, self.name, mesh, self._manual_axes(mesh))
+          raise
 
       with DiscoveryShardFrame(self.name, mesh, manual, state_specs, out_specs,
                                manual_axes):
@@ -251,7 +259,7 @@ class ShardPlanning:
           jax.ShapeDtypeStruct(jax.typeof(x).shape, jax.typeof(x).dtype)
           for x in leaves], self.name, state_signature=unsharded)
     except (TypeError, ValueError) as e:
-      self._explain_replicated_states(e, touched)
+      self._explain_shapes(e, mesh, call, arg_specs, kwarg_specs, touched)
       raise
     d = found[-1]
     reads, writes = d.read_states, d.write_states
@@ -260,29 +268,18 @@ class ShardPlanning:
                 write_specs, arg_specs, kwarg_specs, d,
                 tuple(current_signature(s) for s in reads))
 
-  def _explain_replicated_states(self, e: Exception,
-                                 touched: list[tuple[State, list[P]]]) -> None:
-    """Re-raises a shape error that involves a replicated state's global
-    shape with the fix (declare its spec) in the message itself."""
-    # Only where the error is about a replicated state's (global) shape: a
-    # user's own exception must arrive exactly as raised.
-    message = str(e)
-    if "broadcast" not in message and "incompatible shapes" not in message:
-      return  # only a replicated state meeting per-shard data is explained
-    replicated = [s for s, specs in touched
-                  if all(len(p) == 0 for p in specs)
-                  and any(a.shape and str(tuple(a.shape)) in message
-                          for a in current_signature(s)[1])]
-    if not replicated:
-      return
-    names = ", ".join(
-        f"{s._label()} ({describe_signature(current_signature(s))})"
-        for s in replicated)
-    example = replicated[0].name or "state"
-    axis = self._manual_axes(self._resolve_mesh())[0]
-    raise type(e)(
-        f"{e}\n\n{self.name} runs the function on per-shard values. These "
-        f"states were read replicated (whole on every shard, spec P()): "
-        f"{names}. If a state should be split across the mesh like the data, "
-        f"declare it: state_in_specs={{{example}: P({axis!r})}} (or give the "
-        "State a spec= or axes=).").with_traceback(e.__traceback__) from e
+  def _explain_shapes(self, e: Exception, mesh: Any, call: Call,
+                      arg_specs: list, kwarg_specs: dict,
+                      touched: list[tuple[State, list[P]]]) -> None:
+    """Re-raises a per-shard shape error, or a write that does not fit a
+    State's state_out_specs, naming the inputs and specs involved."""
+    touched = [(s, specs, current_signature(s)) for s, specs in touched]
+    for s, specs, sig in touched:
+      if f"{s._label()} holds " in str(e):  # frames.py's wrong-write error
+        out = self._state_out_specs(s, sig, mesh, specs)
+        explain_write(e, self.name, s, sig, specs, out, mesh,
+                      self._manual(mesh))
+    rows = input_rows(mesh, self._manual(mesh), call.args, arg_specs,
+                      call.kwargs, kwarg_specs, touched)
+    explain_shape_error(e, self.name, mesh, self._manual_axes(mesh), rows,
+                        touched)
