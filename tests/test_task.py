@@ -67,6 +67,7 @@ def test_task_loop_never_waits_for_devices_nor_goes_through_the_host():
   assert pending, "the loop returned only after the devices finished"
 
 
+@pytest.mark.slow
 def test_tasks_on_disjoint_devices_run_at_the_same_time():
   # Measured on the devices (a jax.profiler trace of when each device ran a
   # program), not assumed. One device per task: XLA:CPU launches programs
@@ -90,7 +91,11 @@ def test_tasks_on_disjoint_devices_run_at_the_same_time():
   jax.block_until_ready([t(xi) for t, xi in runs])  # compiled
   ids = [[d.id for d in m.devices.flat] for m in (mesh_a, mesh_b)]
   fractions = []
-  for _ in range(3):  # best of three: the host's 2 cores are shared
+  # Two devices overlap only while the host has two free cores: on a loaded
+  # machine one attempt may find one. Any attempt that overlaps shows the
+  # tasks were dispatched together (stop at the first); a serialising
+  # dispatcher would never overlap, however often it is tried.
+  while len(fractions) < 10 and max(fractions, default=0.0) <= 0.25:
     busy = _trace.device_intervals(
         lambda: jax.block_until_ready([t(xi) for t, xi in runs]))
     if not busy:
