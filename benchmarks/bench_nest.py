@@ -114,11 +114,14 @@ def _initial(p, seed: int) -> dict:
 
 
 def nest_run(model: str = "cuba", n: int = 4000, k: int = 80, seed: int = 0,
-             delay_steps: int = 2, threads: int | None = None):
+             delay_steps: int = 2, threads: int | None = None, *,
+             delay_ms: float | None = None, overrides: dict | None = None):
   """The example's network (``cuba.EINetwork(model, seed, n, k,
   delay=delay_steps)``) in NEST; returns ``(build_s, run(ms) -> spikes
   [steps, n])`` on the example's step grid (row t: spikes of the update
-  from t*dt to (t+1)*dt). Resets NEST's kernel.
+  from t*dt to (t+1)*dt). Resets NEST's kernel. ``delay_ms`` and
+  ``overrides`` (neuron parameters) replace the mapped values: the tests
+  use them to show that the unmapped ones give other spikes.
 
   >>> nest_run('cuba', 400, delay_steps=1)
   Traceback (most recent call last):
@@ -126,7 +129,8 @@ def nest_run(model: str = "cuba", n: int = 4000, k: int = 80, seed: int = 0,
   """
   import cuba
   p = cuba.Params(model=model, n=n, k=k, delay=delay_steps)
-  delay_ms = nest_delay_ms(delay_steps, p.dt)
+  if delay_ms is None:
+    delay_ms = nest_delay_ms(delay_steps, p.dt)
   nest = _import_nest()
   nest.ResetKernel()
   nest.set(resolution=p.dt, print_time=False, rng_seed=seed + 1,
@@ -135,7 +139,8 @@ def nest_run(model: str = "cuba", n: int = 4000, k: int = 80, seed: int = 0,
   init = _initial(p, seed)
   t0 = time.perf_counter()
   cell = "iaf_psc_exp" if model == "cuba" else "iaf_cond_exp"
-  neurons = nest.Create(cell, n, params=nest_params(p))
+  params = dict(nest_params(p), **(overrides or {}))
+  neurons = nest.Create(cell, n, params=params)
   neurons.set({key: list(val) for key, val in init.items()})
   # Weights carry the sign: NEST routes negative ones to the inhibitory
   # synapse (gi = -wi for COBA, whose example weight wi is positive).
