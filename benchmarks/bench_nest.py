@@ -39,6 +39,7 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -113,46 +114,68 @@ def _initial(p, seed: int) -> dict:
               g_in=f(rng.normal(20.0, 12.0, size=p.n)))
 
 
-def nest_run(model: str = "cuba", n: int = 4000, k: int = 80, seed: int = 0,
-             delay_steps: int = 2, threads: int | None = None, *,
-             delay_ms: float | None = None, overrides: dict | None = None):
-  """The example's network (``cuba.EINetwork(model, seed, n, k,
-  delay=delay_steps)``) in NEST; returns ``(build_s, run(ms) -> spikes
-  [steps, n])`` on the example's step grid (row t: spikes of the update
-  from t*dt to (t+1)*dt). Resets NEST's kernel. ``delay_ms`` and
-  ``overrides`` (neuron parameters) replace the mapped values: the tests
-  use them to show that the unmapped ones give other spikes.
-
-  >>> nest_run('cuba', 400, delay_steps=1)
-  Traceback (most recent call last):
-  ValueError: the example's --delay 1 has no NEST equivalent: NEST's smallest delay (one step) is the example's --delay 2
-  """
+def export_network(model: str = "cuba", n: int = 4000, k: int = 80,
+                   seed: int = 0) -> dict:
+  """The example's connectivity table (``pre``, ``post``: ``[n, k]`` global
+  ids from 0) and initial conditions (NEST's state names), as NumPy
+  arrays; ``np.savez`` them to build in a process without JAX."""
   import cuba
-  p = cuba.Params(model=model, n=n, k=k, delay=delay_steps)
-  if delay_ms is None:
-    delay_ms = nest_delay_ms(delay_steps, p.dt)
-  nest = _import_nest()
-  nest.ResetKernel()
-  nest.set(resolution=p.dt, print_time=False, rng_seed=seed + 1,
-           local_num_threads=threads or len(os.sched_getaffinity(0)))
+  p = cuba.Params(model=model, n=n, k=k)
   pre, post = _table(p, seed)
-  init = _initial(p, seed)
-  t0 = time.perf_counter()
-  cell = "iaf_psc_exp" if model == "cuba" else "iaf_cond_exp"
-  params = dict(nest_params(p), **(overrides or {}))
-  neurons = nest.Create(cell, n, params=params)
-  neurons.set({key: list(val) for key, val in init.items()})
+  return dict(pre=pre, post=post, **_initial(p, seed))
+
+
+def _build(nest, p, net: dict, delay_ms: float, overrides: dict | None):
+  """Creates and connects the network in NEST's (reset) kernel; returns
+  the neurons and their spike recorder."""
+  cell = "iaf_psc_exp" if p.model == "cuba" else "iaf_cond_exp"
+  neurons = nest.Create(cell, p.n, params=dict(nest_params(p),
+                                               **(overrides or {})))
+  neurons.set({key: list(net[key]) for key in ("V_m", "g_ex", "g_in")
+               if key in net})
   # Weights carry the sign: NEST routes negative ones to the inhibitory
   # synapse (gi = -wi for COBA, whose example weight wi is positive).
-  exc = pre < p.n_exc
-  wi = p.wi if model == "cuba" else -p.wi
-  weight = np.where(exc, p.we, wi).astype(np.float64).ravel()
+  pre, post = np.asarray(net["pre"]), np.asarray(net["post"])
+  wi = p.wi if p.model == "cuba" else -p.wi
+  weight = np.where(pre < p.n_exc, p.we, wi).astype(np.float64).ravel()
   first = neurons[0].global_id  # NEST's ids start at 1
   nest.Connect(pre.ravel() + first, post.ravel() + first, "one_to_one",
                syn_spec={"weight": weight,
                          "delay": np.full(weight.size, delay_ms)})
   rec = nest.Create("spike_recorder")
   nest.Connect(neurons, rec)
+  return neurons, rec
+
+
+def nest_run(model: str = "cuba", n: int = 4000, k: int = 80, seed: int = 0,
+             delay_steps: int = 2, threads: int | None = None, *,
+             network: dict | None = None, delay_ms: float | None = None,
+             overrides: dict | None = None):
+  """The example's network (``cuba.EINetwork(model, seed, n, k,
+  delay=delay_steps)``) in NEST; returns ``(build_s, run(ms) -> spikes
+  [steps, n])`` on the example's step grid (row t: spikes of the update
+  from t*dt to (t+1)*dt). Resets NEST's kernel. ``network``: what
+  :func:`export_network` gives (else it is exported here, with JAX);
+  ``build_s`` counts NEST's Create, Connect and Prepare, not the export.
+  ``delay_ms`` and ``overrides`` (neuron parameters) replace the mapped
+  values: the tests use them to show that unmapped ones give other spikes.
+
+  >>> nest_run('cuba', 400, delay_steps=1)  # doctest: +ELLIPSIS
+  Traceback (most recent call last):
+  ValueError: the example's --delay 1 has no NEST equivalent: ...
+  """
+  import cuba
+  p = cuba.Params(model=model, n=n, k=k, delay=delay_steps)
+  if delay_ms is None:
+    delay_ms = nest_delay_ms(delay_steps, p.dt)
+  net = network if network is not None else export_network(model, n, k, seed)
+  nest = _import_nest()
+  nest.ResetKernel()
+  nest.set(resolution=p.dt, print_time=False, rng_seed=seed + 1,
+           local_num_threads=threads or len(os.sched_getaffinity(0)))
+  t0 = time.perf_counter()
+  neurons, rec = _build(nest, p, net, delay_ms, overrides)
+  first = neurons[0].global_id
   nest.Prepare()  # NEST's own build work (its indices), counted in build_s
   build_s = time.perf_counter() - t0
   done = [0, 0]  # steps run, events read
@@ -176,19 +199,34 @@ def nest_run(model: str = "cuba", n: int = 4000, k: int = 80, seed: int = 0,
 
 
 def _usage() -> tuple[float, float]:
-  """(CPU seconds, peak RSS in MB) of this process so far."""
+  """(CPU seconds, peak RSS in MB) of this process so far. The peak is
+  /proc's VmHWM where there is one: ``getrusage``'s ``ru_maxrss`` survives
+  ``execve``, so a child would report its parent's peak if that is higher."""
   r = resource.getrusage(resource.RUSAGE_SELF)
-  return r.ru_utime + r.ru_stime, r.ru_maxrss / 1024
+  peak = r.ru_maxrss / 1024
+  try:
+    with open("/proc/self/status") as f:
+      peak = next(int(line.split()[1]) / 1024 for line in f
+                  if line.startswith("VmHWM:"))
+  except (OSError, StopIteration):
+    pass
+  return r.ru_utime + r.ru_stime, peak
 
 
 def measure(impl: str, model: str, n: int, duration_ms: float, *, k: int = 80,
             seed: int = 0, delay_steps: int = 2, threads: int | None = None,
-            warmup_ms: float = 100.0) -> dict:
+            warmup_ms: float = 100.0, network: str | None = None) -> dict:
   """Builds ``impl`` ('nest' or 'brainshard'), warms it up (brainshard
   compiles) and times one run of ``duration_ms``: build s, s per simulated
-  s, CPU s of the timed run, peak RSS (MB) of the process, rate (Hz)."""
+  s, CPU s of the timed run, peak RSS (MB) of the process at its start
+  (Python and NumPy only) and at the end, rate (Hz). ``network``: an
+  ``.npz`` of :func:`export_network` for NEST (then this process never
+  imports JAX)."""
+  _, rss0 = _usage()
   if impl == "nest":
-    build_s, run = nest_run(model, n, k, seed, delay_steps, threads)
+    net = dict(np.load(network)) if network else None
+    build_s, run = nest_run(model, n, k, seed, delay_steps, threads,
+                            network=net)
   else:
     exchange = "delay" if delay_steps > 1 else "step"  # cuba.py's default
     build_s, run = _ei.brainshard_run(model, n, k, delay=delay_steps,
@@ -201,10 +239,12 @@ def measure(impl: str, model: str, n: int, duration_ms: float, *, k: int = 80,
   cpu1, rss = _usage()
   return dict(impl=impl, build_s=build_s, s_per_sim_s=wall / duration_ms * 1e3,
               cpu_s_per_sim_s=(cpu1 - cpu0) / duration_ms * 1e3,
-              peak_rss_mb=rss, rate_hz=_ei.stats(spikes, 0.1)["rate_hz"])
+              peak_rss_mb=rss, rss_start_mb=rss0,
+              rate_hz=_ei.stats(spikes, 0.1)["rate_hz"],
+              jax_imported="jax" in sys.modules)
 
 
-def _child(impl: str, args) -> dict:
+def _child(impl: str, args, network: str) -> dict:
   """``measure`` in a fresh process: its own peak RSS and CPU time, and
   NEST's global kernel and JAX's thread pools never share a process."""
   env = dict(os.environ, OMP_WAIT_POLICY="passive")
@@ -216,6 +256,8 @@ def _child(impl: str, args) -> dict:
          "--warmup", str(args.warmup)]
   if args.threads:
     cmd += ["--threads", str(args.threads)]
+  if impl == "nest":
+    cmd += ["--network", network]
   out = subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True,
                        check=False)
   if out.returncode:
@@ -227,13 +269,19 @@ def compare(args) -> dict:
   """Interleaved runs (NEST, brainshard, NEST, ...), ``args.repeats`` each,
   each in a fresh process; per implementation the best of each figure."""
   runs: dict[str, list[dict]] = {"nest": [], "brainshard": []}
-  for _ in range(args.repeats):
-    for impl in runs:
-      runs[impl].append(_child(impl, args))
+  with tempfile.TemporaryDirectory() as tmp:
+    network = os.path.join(tmp, "network.npz")
+    np.savez(network, **export_network(args.model, args.neurons,
+                                       args.in_degree, args.seed))
+    for _ in range(args.repeats):
+      for impl in runs:
+        runs[impl].append(_child(impl, args, network))
   best = {}
   for impl, rows in runs.items():
     best[impl] = {key: min(r[key] for r in rows) for key in
-                  ("build_s", "s_per_sim_s", "cpu_s_per_sim_s", "peak_rss_mb")}
+                  ("build_s", "s_per_sim_s", "cpu_s_per_sim_s", "peak_rss_mb",
+                   "rss_start_mb")}
+    best[impl]["jax_imported"] = any(r["jax_imported"] for r in rows)
     best[impl]["rate_hz"] = [round(r["rate_hz"], 3) for r in rows]
   return dict(model=args.model, neurons=args.neurons, in_degree=args.in_degree,
               delay_steps=args.delay, nest_delay_ms=nest_delay_ms(args.delay),
@@ -266,11 +314,13 @@ def main(argv: list[str] | None = None) -> dict:
   ap.add_argument("--repeats", type=int, default=3)
   ap.add_argument("--child", choices=("nest", "brainshard"), default=None,
                   help=argparse.SUPPRESS)
+  ap.add_argument("--network", default=None, help=argparse.SUPPRESS)
   args = ap.parse_args(argv)
   if args.child:
     out = measure(args.child, args.model, args.neurons, args.duration * 1e3,
                   k=args.in_degree, seed=args.seed, delay_steps=args.delay,
-                  threads=args.threads, warmup_ms=args.warmup)
+                  threads=args.threads, warmup_ms=args.warmup,
+                  network=args.network)
   else:
     out = compare(args)
   print(json.dumps(out, indent=None if args.child else 1))
