@@ -291,8 +291,10 @@ def compare(args) -> dict:
 
 
 def _nest_version() -> str:
-  out = subprocess.run([sys.executable, "-c", "import nest, sys; "
-                        "sys.stderr.write(''); print(nest.__version__)"],
+  """NEST's version, from a child (this process need not load NEST); the
+  last line of its output (NEST prints a banner first)."""
+  out = subprocess.run([sys.executable, "-c",
+                        "import nest; print(nest.__version__)"],
                        env=dict(os.environ, OMP_WAIT_POLICY="passive"),
                        capture_output=True, text=True, check=False)
   return out.stdout.strip().splitlines()[-1] if out.returncode == 0 else "?"

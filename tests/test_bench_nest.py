@@ -120,3 +120,17 @@ def test_coba_statistics():
   assert sb["rate_hz"] == pytest.approx(sa["rate_hz"], rel=0.2)
   assert sb["isi_cv"] == pytest.approx(sa["isi_cv"], abs=0.15)
   assert not math.isnan(sb["isi_cv"])
+
+
+@pytest.mark.slow
+def test_cli_times_both_in_their_own_processes(capsys):
+  _nest()
+  out = bench_nest.main(["--neurons", "400", "--duration", "0.02",
+                         "--warmup", "10", "--repeats", "1", "--threads", "1"])
+  assert out["nest_delay_ms"] == 0.1 and out["nest_version"].startswith("3.")
+  nest, ours = out["results"]["nest"], out["results"]["brainshard"]
+  assert not nest["jax_imported"] and ours["jax_imported"]
+  for row in (nest, ours):
+    assert row["build_s"] > 0 and row["s_per_sim_s"] > 0
+    assert row["peak_rss_mb"] >= row["rss_start_mb"] > 0
+  assert '"results"' in capsys.readouterr().out
