@@ -1,0 +1,136 @@
+"""The CUBA example against NEST 3.10 running the same network
+(benchmarks/bench_nest.py: the example's connectivity table, initial
+conditions and parameters in ``iaf_psc_exp``). Pins the mapping of the
+example's conventions onto NEST's: its ``--delay D`` (steps) is NEST's
+``(D - 1) * dt``, its ``ref_steps - 1`` held steps are NEST's
+``t_ref - dt``. Skipped where nest cannot be imported."""
+
+import math
+
+import numpy as np
+import pytest
+
+from benchmarks import _ei, bench_nest
+
+N = 1000  # 80 inputs each: the example's in-degree, 8% connectivity
+
+
+def _nest():
+  try:  # OMP_WAIT_POLICY=passive before the import (_import_nest)
+    return bench_nest._import_nest()
+  except ImportError as err:
+    pytest.skip(f"nest not importable: {err}")
+
+
+def _first_difference(a, b) -> int:
+  """The first step where two rasters differ (their length if none)."""
+  rows = np.nonzero((a != b).any(1))[0]
+  return int(rows[0]) if len(rows) else len(a)
+
+
+def _example_float64(n: int, delay: int, steps: int, seed: int = 0):
+  """The example's own ``neuron_update`` in float64, its delivery as dense
+  counts: separates the mapping from float32 rounding."""
+  import jax
+  import jax.numpy as jnp
+  import cuba
+  p = cuba.Params(n=n, delay=delay)
+  pre, post = bench_nest._table(p, seed)
+  counts = np.zeros((n, n))
+  np.add.at(counts, (post.ravel(), pre.ravel()), 1)
+  v0 = bench_nest._initial(p, seed)["V_m"]  # drawn as the example draws
+  with jax.enable_x64(True):
+    w_exc = jnp.asarray(counts[:, :p.n_exc])
+    w_inh = jnp.asarray(counts[:, p.n_exc:])
+    step = jax.jit(lambda *s: cuba.neuron_update(p, *s))
+    v = jnp.asarray(v0)
+    ge = gi = jnp.zeros(n)
+    ref = jnp.zeros(n, jnp.int32)
+    queue = [(jnp.zeros(n), jnp.zeros(n))] * delay  # arrivals, in order
+    out = np.zeros((steps, n), bool)
+    for t in range(steps):
+      v, ge, gi, ref, spikes = step(v, ge, gi, ref, *queue.pop(0))
+      fired = spikes.astype(jnp.float64)
+      queue.append((w_exc @ fired[:p.n_exc], w_inh @ fired[p.n_exc:]))
+      out[t] = np.asarray(spikes)
+  return out
+
+
+def test_mapping_values():
+  assert bench_nest.nest_delay_ms(2) == 0.1
+  assert bench_nest.nest_delay_ms(5, dt=0.1) == 0.4
+  with pytest.raises(ValueError, match="no NEST equivalent"):
+    bench_nest.nest_delay_ms(1)
+  import cuba
+  p = cuba.Params()
+  q = bench_nest.nest_params(p)
+  assert q["t_ref"] == pytest.approx(p.t_ref - p.dt)
+  assert q["C_m"] == q["tau_m"] == p.taum  # pA then means the example's mV
+  assert (q["E_L"], q["V_th"], q["V_reset"]) == (p.el, p.v_th, p.v_reset)
+  coba = bench_nest.nest_params(cuba.Params(model="coba"))
+  assert coba["C_m"] / coba["g_L"] == p.taum and coba["I_e"] == 20.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", [2, 3, 5])
+def test_nest_is_the_example_in_float64(delay):
+  """With the mapping, NEST gives the spikes of the example's update run in
+  float64, step for step; a delay or t_ref one step off does not."""
+  _nest()
+  steps = 1000
+  ref = _example_float64(N, delay, steps)
+  assert ref.sum() > 400
+  run = lambda **kw: bench_nest.nest_run(  # noqa: E731
+      "cuba", N, delay_steps=delay, threads=1, **kw)[1](steps * 0.1)
+  assert _first_difference(run(), ref) == steps
+  later = run(delay_ms=round(delay * 0.1, 10))  # NEST's d = the example's d
+  assert _first_difference(later, ref) < 50
+  assert _first_difference(run(overrides={"t_ref": 5.0}), ref) < steps
+
+
+@pytest.mark.slow
+def test_cuba_spike_for_spike_then_statistics():
+  """The example (float32) and NEST (float64) agree spike for spike until
+  rounding first puts a neuron on the other side of the threshold (step
+  403 here, after 273 spikes), then in their statistics."""
+  _nest()
+  duration = 1000.0
+  a = _ei.brainshard_run("cuba", N, delay=2, exchange="delay")[1](duration)
+  b = bench_nest.nest_run("cuba", N, delay_steps=2, threads=1)[1](duration)
+  assert a[:400].sum() > 250
+  assert _first_difference(a, b) >= 400
+  sa, sb = _ei.stats(a, 0.1), _ei.stats(b, 0.1)
+  assert 3.0 <= sa["rate_hz"] <= 10.0
+  assert sb["rate_hz"] == pytest.approx(sa["rate_hz"], rel=0.1)
+  assert sb["isi_cv"] == pytest.approx(sa["isi_cv"], abs=0.1)
+  assert sb["active"] == pytest.approx(sa["active"], abs=0.05)
+
+
+@pytest.mark.slow
+def test_coba_statistics():
+  """COBA maps onto iaf_cond_exp, but NEST integrates it with adaptive
+  RKF45 and the example with exponential Euler (conductances held over a
+  step): no spike-for-spike agreement, statistics only."""
+  _nest()
+  duration = 500.0
+  a = _ei.brainshard_run("coba", N, delay=2, exchange="delay")[1](duration)
+  b = bench_nest.nest_run("coba", N, delay_steps=2, threads=1)[1](duration)
+  sa, sb = _ei.stats(a, 0.1), _ei.stats(b, 0.1)
+  assert 10.0 <= sa["rate_hz"] <= 35.0
+  assert sb["rate_hz"] == pytest.approx(sa["rate_hz"], rel=0.2)
+  assert sb["isi_cv"] == pytest.approx(sa["isi_cv"], abs=0.15)
+  assert not math.isnan(sb["isi_cv"])
+
+
+@pytest.mark.slow
+def test_cli_times_both_in_their_own_processes(capsys):
+  _nest()
+  out = bench_nest.main(["--neurons", "400", "--duration", "0.02",
+                         "--warmup", "10", "--repeats", "1", "--threads", "1"])
+  assert out["nest_delay_ms"] == 0.1 and out["nest_version"].startswith("3.")
+  nest, ours = out["results"]["nest"], out["results"]["brainshard"]
+  assert not nest["jax_imported"] and ours["jax_imported"]
+  for row in (nest, ours):
+    assert row["build_s"] > 0 and row["s_per_sim_s"] > 0
+    assert row["peak_rss_mb"] >= row["rss_start_mb"] > 0
+  assert '"results"' in capsys.readouterr().out
