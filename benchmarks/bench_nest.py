@@ -1,4 +1,4 @@
-"""NEST 3.10 as a peer for the CUBA / COBA example (examples/cuba.py) on the
+"""NEST 3.10 as a peer for the CUBA / COBA example (examples.cuba) on the
 SAME network: the example's connectivity table, initial conditions and
 parameters, exported to NEST (``iaf_psc_exp`` / ``iaf_cond_exp``).
 
@@ -44,7 +44,7 @@ import time
 
 import numpy as np
 
-from benchmarks import _ei  # noqa: F401  (puts examples/ on sys.path)
+from benchmarks import _ei
 
 
 def nest_delay_ms(delay_steps: int, dt: float = 0.1) -> float:
@@ -63,7 +63,7 @@ def nest_delay_ms(delay_steps: int, dt: float = 0.1) -> float:
 def nest_params(p) -> dict:
   """The NEST neuron parameters of the example's ``cuba.Params``.
 
-  >>> import cuba
+  >>> from examples import cuba
   >>> nest_params(cuba.Params())['t_ref']
   4.9
   """
@@ -94,7 +94,7 @@ def _table(p, seed: int) -> tuple[np.ndarray, np.ndarray]:
   """The example's fixed in-degree table as (pre, post) arrays, row-major:
   post neuron by post neuron, slot by slot (global ids from 0)."""
   import jax.numpy as jnp
-  import ei_kernels as ek
+  from examples.cuba import kernels as ek
   pre = np.asarray(ek.presynaptic(jnp.arange(p.n), p.k, n=p.n, n_exc=p.n_exc,
                                   k=p.k, seed=seed))
   post = np.repeat(np.arange(p.n), p.k).reshape(p.n, p.k)
@@ -119,7 +119,7 @@ def export_network(model: str = "cuba", n: int = 4000, k: int = 80,
   """The example's connectivity table (``pre``, ``post``: ``[n, k]`` global
   ids from 0) and initial conditions (NEST's state names), as NumPy
   arrays; ``np.savez`` them to build in a process without JAX."""
-  import cuba
+  from examples import cuba
   p = cuba.Params(model=model, n=n, k=k)
   pre, post = _table(p, seed)
   return dict(pre=pre, post=post, **_initial(p, seed))
@@ -164,7 +164,7 @@ def nest_run(model: str = "cuba", n: int = 4000, k: int = 80, seed: int = 0,
   Traceback (most recent call last):
   ValueError: the example's --delay 1 has no NEST equivalent: ...
   """
-  import cuba
+  from examples import cuba
   p = cuba.Params(model=model, n=n, k=k, delay=delay_steps)
   if delay_ms is None:
     delay_ms = nest_delay_ms(delay_steps, p.dt)
@@ -178,21 +178,21 @@ def nest_run(model: str = "cuba", n: int = 4000, k: int = 80, seed: int = 0,
   first = neurons[0].global_id
   nest.Prepare()  # NEST's own build work (its indices), counted in build_s
   build_s = time.perf_counter() - t0
-  done = [0, 0]  # steps run, events read
+  done = [0]  # steps run
 
   def run(duration_ms: float) -> np.ndarray:
     steps = int(round(duration_ms / p.dt))
     nest.Run(steps * p.dt)
-    # The recorder keeps every event (no reset inside Prepare/Cleanup).
+    # The recorder keeps every event (it cannot be cleared inside
+    # Prepare/Cleanup), in no promised order: select this run's by time.
     ev = rec.get("events")
-    times = np.asarray(ev["times"])[done[1]:]
-    senders = np.asarray(ev["senders"])[done[1]:]
+    times, senders = np.asarray(ev["times"]), np.asarray(ev["senders"])
     # NEST stamps a spike of the update from t to t+h with t+h.
     t = np.round(times / p.dt).astype(int) - 1 - done[0]
+    keep = (t >= 0) & (t < steps)
     out = np.zeros((steps, n), bool)
-    out[t, senders - first] = True
+    out[t[keep], senders[keep] - first] = True
     done[0] += steps
-    done[1] += len(times)
     return out
 
   return build_s, run
@@ -249,7 +249,7 @@ def _child(impl: str, args, network: str) -> dict:
   NEST's global kernel and JAX's thread pools never share a process."""
   env = dict(os.environ, OMP_WAIT_POLICY="passive")
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  cmd = [sys.executable, "-m", "benchmarks.bench_nest", "--child", impl,
+  cmd = [sys.executable, "-m", "benchmarks", "nest", "--child", impl,
          "--model", args.model, "--neurons", str(args.neurons),
          "--in-degree", str(args.in_degree), "--seed", str(args.seed),
          "--delay", str(args.delay), "--duration", str(args.duration),
@@ -328,6 +328,3 @@ def main(argv: list[str] | None = None) -> dict:
   print(json.dumps(out, indent=None if args.child else 1))
   return out
 
-
-if __name__ == "__main__":
-  main()

@@ -21,6 +21,8 @@ COMMANDS = {
               "against pure JAX, brainstate and Brian2 (docs/scale.md; --gpu)"),
     "brian2": ("benchmarks.bench_brian2", "the CUBA/COBA example's spike "
                "statistics and speed against Brian2 (docs/scale.md)"),
+    "nest": ("benchmarks.bench_nest", "the CUBA/COBA example against NEST 3 "
+             "on the same network: spikes, build, speed, memory (docs/nest.md)"),
     "runner": ("benchmarks.bench_runner", "a monitored bs.Runner against one "
                "bs.jit(bs.for_loop) (docs/runner.md)"),
     "for-loop": ("benchmarks.bench_for_loop", "bs.for_loop against "

@@ -33,7 +33,7 @@ def _example_float64(n: int, delay: int, steps: int, seed: int = 0):
   counts: separates the mapping from float32 rounding."""
   import jax
   import jax.numpy as jnp
-  import cuba
+  from examples import cuba
   p = cuba.Params(n=n, delay=delay)
   pre, post = bench_nest._table(p, seed)
   counts = np.zeros((n, n))
@@ -61,7 +61,7 @@ def test_mapping_values():
   assert bench_nest.nest_delay_ms(5, dt=0.1) == 0.4
   with pytest.raises(ValueError, match="no NEST equivalent"):
     bench_nest.nest_delay_ms(1)
-  import cuba
+  from examples import cuba
   p = cuba.Params()
   q = bench_nest.nest_params(p)
   assert q["t_ref"] == pytest.approx(p.t_ref - p.dt)

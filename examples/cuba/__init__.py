@@ -58,9 +58,18 @@ Usage, from the repository root (``--duration`` in seconds; a bare
 
 from examples.cuba.params import (
     RATE_RANGE, Params, mean_rate, neuron_update, valid_device_counts)
-from examples.cuba.network import EINetwork
-from examples.cuba.plots import save_figure, save_raster
-from examples.cuba.cli import main
+
+# The network, plots and CLI import JAX and brainshard; a peer that only
+# needs the parameters (NEST's process in benchmarks/bench_nest.py) must not.
+_LAZY = {"EINetwork": "network", "save_figure": "plots",
+         "save_raster": "plots", "main": "cli"}
+
+
+def __getattr__(name):
+  if name in _LAZY:
+    import importlib
+    return getattr(importlib.import_module(f"examples.cuba.{_LAZY[name]}"), name)
+  raise AttributeError(f"module 'examples.cuba' has no attribute {name!r}")
 
 __all__ = ["RATE_RANGE", "Params", "EINetwork", "main", "mean_rate",
            "neuron_update", "save_figure", "save_raster",
