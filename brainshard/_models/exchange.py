@@ -25,7 +25,7 @@ Example:
   >>> from brainshard._models.delivery_testing import index_from_arrays
   >>> mesh = jax.make_mesh((1,), ('x',))
   >>> idx = index_from_arrays([0], [1], [2.5], [3], n=2)   # 0 -> 1, 3 steps
-  >>> net = Delivery(idx, mesh)
+  >>> net = Delivery(idx, mesh, every=1)    # exchange every step
   >>> got = bs.State(jnp.zeros(2), name='got', spec=P('x'))
   >>> def update(inputs):                # per shard: inputs [1, n_local]
   ...   got.value = inputs[0]
