@@ -11,7 +11,7 @@ Example:
 from brainshard._models.delivery import deliver, delay_steps, ring_length
 from brainshard._models.delivery_testing import index_from_arrays
 from brainshard._models.events import fired_ids, first_fired
-from brainshard._models.exchange import Delivery
+from brainshard._models.exchange import Delivery, block_spikes, unblock_spikes
 from brainshard._models.index import SynapseIndex
 from brainshard._models.layout import Layout
 from brainshard._models.population import (
@@ -19,7 +19,8 @@ from brainshard._models.population import (
     population_rates, population_values, split_spikes)
 
 __all__ = [
-    "Layout", "SynapseIndex", "Delivery", "deliver", "delay_steps",
+    "Layout", "SynapseIndex", "Delivery", "block_spikes", "unblock_spikes",
+    "deliver", "delay_steps",
     "ring_length", "fired_ids", "first_fired", "index_from_arrays",
     "Population", "population_values", "population_ids", "split_spikes",
     "population_rates", "population_counts", "counts_to_rates",

@@ -12,6 +12,7 @@ from brainshard._models.layout import Layout
 from brainshard._models.population import (
     Population, counts_to_rates, population_counts, population_ids,
     population_rates, population_values, split_spikes)
+from brainshard._models.exchange import block_spikes, unblock_spikes
 from test_delivery import Net, small_network
 
 LAYOUT = Layout({"E": 10, "I": 3, "X": 6}, n_shards=4)   # 19 -> 20
@@ -98,6 +99,25 @@ def test_runner_records_per_population(devices):
     np.testing.assert_array_equal(dev[name].steps, host[name].steps)
     assert dev[name].n == host[name].n == Population(lay, name).size
   assert host["I"].counts.sum() > 0 and host["E"].counts.sum() > 0
+
+
+@pytest.mark.slow
+def test_runner_with_an_exchange_every_two_steps():
+  """A Runner over a 2-steps-per-call Delivery step (dt = 2 steps) records
+  the spikes of the plain run once unblocked."""
+  syn, layout, drive, v0 = small_network(seed=3)
+  want = Net(syn, layout, drive, v0, devices=1).run(120)[0]
+  net = Net(syn, layout, drive, v0, devices=4, every=2)
+  runner = bs.Runner(net.step, {"spikes": bs.SpikeMonitor(block_spikes)},
+                     dt=0.2, chunk=20, progress=False)
+  res = runner.run(duration=12.0)
+  assert res.steps == 60
+  got = unblock_spikes(res["spikes"], 2)
+  s, nrn = np.nonzero(want)
+  assert got.steps.tolist() == s.tolist() and got.neurons.tolist() == nrn.tolist()
+  assert got.n == net.layout.n_padded and got.dt == pytest.approx(0.1)
+  parts = split_spikes(got, net.layout)
+  assert sum(len(p) for p in parts.values()) == len(s) > 20
 
 
 def test_population_counts_checks_the_mesh():

@@ -46,6 +46,7 @@ from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import brainshard as bs
@@ -53,7 +54,7 @@ from brainshard._models.delivery import deliver, ring_length
 from brainshard._models.events import EVENT_SIZES
 from brainshard._models.index import SynapseIndex
 
-__all__ = ["Delivery"]
+__all__ = ["Delivery", "block_spikes", "unblock_spikes"]
 
 
 class Delivery:
@@ -163,3 +164,24 @@ class Delivery:
     if self.mesh.shape[self.axis] == 1:
       return spikes
     return jax.lax.all_gather(spikes, self.axis, axis=1, tiled=True)
+
+
+def block_spikes(out: jax.Array) -> jax.Array:
+  """A ``bs.SpikeMonitor`` source for a step of ``every > 1`` steps per call:
+  its ``[every, n]`` spikes as one vector ``[n * every]`` (neuron-major, so
+  the vector keeps the neuron axis' sharding: no communication). Decode the
+  record with :func:`unblock_spikes`."""
+  return out.T.reshape(-1)
+
+
+def unblock_spikes(data: Any, every: int, dt: float | None = None) -> Any:
+  """The ``SpikeData`` of a ``block_spikes`` record (one entry per call of
+  ``every`` steps) as per-step events, sorted by step then neuron; ``dt``
+  is the step (default: the record's ``dt / every``, the Runner having
+  run with ``dt = every * step``)."""
+  flat = np.asarray(data.neurons, np.int64)
+  steps = np.asarray(data.steps, np.int64) * every + flat % every
+  neurons = flat // every
+  order = np.lexsort((neurons, steps))
+  return bs.SpikeData(steps[order], neurons[order].astype(np.int32),
+                      data.n // every, data.dt / every if dt is None else dt)
