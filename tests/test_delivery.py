@@ -101,6 +101,20 @@ def test_deliver_checks_the_spike_vector():
     deliver(jnp.zeros((1, 1, 4)), jnp.zeros(3, bool), 0, idx)
 
 
+def test_index_from_arrays_errors_name_the_input():
+  ok = dict(pre=[0, 1], post=[1, 2], weight=[1.0, 2.0], delay=[1, 2])
+  with pytest.raises(ValueError, match=r"lengths differ.*'weight': 1"):
+    index_from_arrays(**{**ok, "weight": [1.0]}, n=4)
+  with pytest.raises(ValueError, match=r"post ids must lie in \[0, 4\), got \[1, 7\]"):
+    index_from_arrays(**{**ok, "post": [1, 7]}, n=4)
+  with pytest.raises(ValueError, match=r"delays are steps >= 1, got 0"):
+    index_from_arrays(**{**ok, "delay": [0, 2]}, n=4)
+  with pytest.raises(ValueError, match=r"n = 5 is not a multiple of n_shards = 2"):
+    index_from_arrays(**ok, n=5, n_shards=2)
+  with pytest.raises(ValueError, match=r"receptor 2 >= n_receptors 2"):
+    index_from_arrays(**ok, receptor=[0, 2], n=4, n_receptors=2)
+
+
 def test_delay_steps_follow_nest():
   # As NEST 3.10 rounds them (checked there: 0.15 -> 0.2, 0.25 -> 0.3).
   got = delay_steps([0.1, 0.06, 0.05, 0.15, 0.25, 0.35, 1.45, 1.5], 0.1)
@@ -185,6 +199,7 @@ def small_network(seed=0, n_e=40, n_i=11, k=10, delays=(2, 7)):
   return syn, layout, drive, v0
 
 
+@pytest.mark.slow
 def test_network_matches_numpy_reference():
   syn, layout, drive, v0 = small_network()
   steps = 300
