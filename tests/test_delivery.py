@@ -217,10 +217,10 @@ def test_bit_identical_on_1_2_4_8_devices_and_per_min_delay():
 
   The currents are the delivered sums (decayed): equal bits mean every
   target summed the same inputs in the same order. The membrane potential
-  is compared to float32 rounding only: XLA:CPU may contract its
-  ``a * b + c`` into one FMA or not depending on the loop's shape (here 8
-  neurons per shard inside a 2-step loop: up to ~40 ulp after 200 steps),
-  which is the neuron update's code generation, not the delivery.
+  is compared to float32 rounding only: its update compiles differently
+  for 8 neurons per shard inside a 2-step loop (up to ~40 ulp after 200
+  steps; XLA:CPU fuses multiply-adds, see docs/models_delivery.md), which
+  is the neuron update's code generation, not the delivery.
   """
   syn, layout, drive, v0 = small_network(seed=3)
   steps = 200
