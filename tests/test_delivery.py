@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import PartitionSpec as P
+from jax.sharding import AxisType, PartitionSpec as P
 
 import brainshard as bs
 from brainshard._models.delivery import deliver, delay_steps, ring_length
@@ -161,9 +161,11 @@ def ref_network(syn, n, drive, v0, steps):
 class Net:
   """The LIF network on a mesh of ``devices`` devices (Layout-padded)."""
 
-  def __init__(self, syn, layout, drive, v0, devices, every=1):
+  def __init__(self, syn, layout, drive, v0, devices, every=1,
+               axis_type=AxisType.Explicit):
     layout = layout.with_shards(devices)
-    mesh = jax.make_mesh((devices,), ("x",), devices=jax.devices()[:devices])
+    mesh = jax.make_mesh((devices,), ("x",), devices=jax.devices()[:devices],
+                         axis_types=(axis_type,))
     n = layout.n_padded
     pad = lambda a: np.pad(a, (0, n - len(a))).astype(np.float32)  # noqa: E731
     idx = index_from_arrays(**syn, n=n, n_shards=devices, n_receptors=2,
@@ -233,6 +235,16 @@ def test_bit_identical_on_1_2_4_8_devices_and_per_min_delay():
     assert got[2].tobytes() == want[2].tobytes(), what
     assert got[3].tobytes() == want[3].tobytes(), what
     np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_auto_mesh_gives_the_same_spikes_and_currents():
+  syn, layout, drive, v0 = small_network(seed=3)
+  want = Net(syn, layout, drive, v0, devices=1).run(100)
+  got = Net(syn, layout, drive, v0, devices=4, every=2,
+            axis_type=AxisType.Auto).run(100)
+  np.testing.assert_array_equal(got[0], want[0])
+  assert got[2].tobytes() == want[2].tobytes() and want[0].sum() > 20
 
 
 @pytest.mark.slow
