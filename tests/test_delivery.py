@@ -270,8 +270,11 @@ def test_delivery_errors_name_the_problem():
   with pytest.raises(ValueError, match=r"not 'y'"):
     Delivery(idx, mesh, axis="y")
   d = Delivery(idx, mesh, every=1)
-  step = d.step(lambda x: x[0] > 0.5)   # float compare: fine, bool[2]
-  assert step().shape == (4,)
+  step = d.step(lambda x: jnp.ones(2, bool))   # every neuron fires
+  assert step().shape == (4,) and int(d.t.value) == 1
+  assert float(np.abs(np.asarray(d.buffer.value)).sum()) == 2.0
+  d.reset()
+  assert int(d.t.value) == 0 and not np.asarray(d.buffer.value).any()
   bad = d.step(lambda x: x[0])
   with pytest.raises(ValueError, match=r"update returned float32\[2\].*bool\[2\]"):
     bad()
