@@ -278,3 +278,47 @@ def test_delivery_errors_name_the_problem():
   bad = d.step(lambda x: x[0])
   with pytest.raises(ValueError, match=r"update returned float32\[2\].*bool\[2\]"):
     bad()
+
+
+# -- today's examples/cuba.py --delay D, on Delivery ------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", [1, 3])
+def test_cuba_delay_is_delivery_delay_with_input_before_integration(delay):
+  """The docs' table row: ``cuba.py --delay D`` is a Delivery delay of D
+  steps with cuba's update (input added before integrating). Weights 1 on
+  receptors E/I give cuba's integer counts exactly, so the spikes of
+  cuba's own EINetwork are reproduced one for one."""
+  import pathlib
+  import sys
+  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]
+                         / "examples"))
+  import cuba
+  import ei_kernels as ek
+
+  n, k, steps = 800, 40, 600
+  mesh = jax.make_mesh((2,), ("x",), devices=jax.devices()[:2])
+  ref = cuba.EINetwork(mesh, "cuba", seed=1, n=n, k=k, delay=delay)
+  p = ref.params
+  v0 = np.asarray(ref.v.value)
+  want = ref.run(steps * p.dt)
+  pre = np.asarray(ek.presynaptic(jnp.arange(n), k, n=n, n_exc=p.n_exc, k=k,
+                                  seed=1))
+  inh = pre.ravel() >= p.n_exc
+  idx = index_from_arrays(pre.ravel(), np.repeat(np.arange(n), k),
+                          np.ones(n * k), np.full(n * k, delay), inh,
+                          n=n, n_shards=2, n_receptors=2, mesh=mesh)
+  net = Delivery(idx, mesh, every=1)
+  zeros = np.zeros(n, np.float32)
+  v, ge, gi = (bs.State(a, spec=P("x")) for a in (v0, zeros, zeros))
+  ref_steps = bs.State(np.zeros(n, np.int32), spec=P("x"))
+
+  def update(x):  # cuba's neuron_update adds the input, then integrates
+    out = cuba.neuron_update(p, v.value, ge.value, gi.value, ref_steps.value,
+                             x[0], x[1])
+    v.value, ge.value, gi.value, ref_steps.value, spikes = out
+    return spikes
+  step = net.step(update)
+  got = np.asarray(bs.jit(lambda: bs.for_loop(step, length=steps))())
+  assert want.sum() > 100
+  np.testing.assert_array_equal(got, want)
