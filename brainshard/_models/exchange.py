@@ -1,0 +1,190 @@
+"""A network's input queue on a mesh: ring buffer States, the neurons' step,
+and the spike exchange between shards once per ``every`` steps.
+
+:class:`Delivery` owns three States, all sharded over the neuron axis: the
+synapse index, the ring buffer of future input ``[R, L, n]`` and the input
+of the next ``every`` steps ``[every, R, n]``. :meth:`Delivery.step` wraps a
+per-shard neuron update ``update(inputs [R, n_local]) -> spikes [n_local]``
+into a ``bs.shard_map`` that advances ``every`` steps per call: the neurons
+run ``every`` steps on input already queued, then the spikes of those steps
+are all-gathered *once* and delivered (the min-delay rule). With ``every <=
+min_delay`` no spike is needed before the exchange, so any ``every`` gives
+the spikes of exchanging every step, bit for bit: a slot receives the same
+additions in the same order (by step, then by global presynaptic id).
+
+Why the step reads its input at the end of the previous call rather than
+at its start: on XLA:CPU, reading a slot of the buffer and then clearing it
+in the same loop step copies the whole buffer every step (the read and the
+write are not ordered by data). Here every step of a call is one chain:
+clear the consumed slots -> scatter the new spikes -> read the next slots.
+
+Example:
+  >>> import jax, jax.numpy as jnp, brainshard as bs
+  >>> from jax.sharding import PartitionSpec as P
+  >>> from brainshard._models.exchange import Delivery
+  >>> from brainshard._models.delivery_testing import index_from_arrays
+  >>> mesh = jax.make_mesh((1,), ('x',))
+  >>> idx = index_from_arrays([0], [1], [2.5], [3], n=2)   # 0 -> 1, 3 steps
+  >>> net = Delivery(idx, mesh, every=1)    # exchange every step
+  >>> got = bs.State(jnp.zeros(2), name='got', spec=P('x'))
+  >>> def update(inputs):                # per shard: inputs [1, n_local]
+  ...   got.value = inputs[0]
+  ...   first = jax.lax.axis_index('x') * 2 + jnp.arange(2) == 0
+  ...   return first & (net.t.value == 0)  # neuron 0 fires in step 0
+  >>> step = net.step(update)
+  >>> arrived = []
+  >>> for _ in range(5):
+  ...   spikes = step()
+  ...   arrived.append(float(got.value[1]))
+  >>> arrived          # the spike of step 0 arrives in step 0 + 3
+  [0.0, 0.0, 0.0, 2.5, 0.0]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import brainshard as bs
+from brainshard._models.delivery import deliver, ring_length
+from brainshard._models.events import EVENT_SIZES
+from brainshard._models.index import SynapseIndex
+
+__all__ = ["Delivery", "block_spikes", "unblock_spikes"]
+
+
+class Delivery:
+  """Delivers a network's spikes through ``index`` on ``mesh`` axis ``axis``.
+
+  Args:
+    index: the synapses (a ``SynapseIndex`` with ``n_shards`` = the size of
+      ``axis``; delays in steps).
+    mesh: a ``jax.sharding.Mesh`` with axis ``axis``.
+    every: steps per spike exchange (``1 <= every <= index.min_delay``);
+      ``None`` takes ``index.min_delay``.
+    sizes: fired-neuron search sizes (see ``events.py``).
+    name: prefix of the States' names.
+
+  States: ``index`` (ParamState), ``buffer`` ``[R, L, n]``, ``current``
+  ``[every, R, n]`` (the input of the next ``every`` steps) and ``t`` (the
+  next step's index, replicated).
+  """
+
+  def __init__(self, index: SynapseIndex, mesh: Any, *, axis: str = "x",
+               every: int | None = None, sizes: Sequence[int] = EVENT_SIZES,
+               name: str = "delivery"):
+    if axis not in mesh.shape:
+      raise ValueError(f"Delivery: the mesh has axes {tuple(mesh.shape)}, "
+                       f"not {axis!r}.")
+    shards = mesh.shape[axis]
+    if index.n_shards != shards:
+      raise ValueError(
+          f"Delivery: the index was built for {index.n_shards} shard(s), the "
+          f"mesh axis {axis!r} has {shards}; build it for this mesh.")
+    if index.n_pre != index.n_local * shards:
+      raise ValueError(
+          f"Delivery: the index has n_pre = {index.n_pre} presynaptic ids but "
+          f"{index.n_local} x {shards} = {index.n_local * shards} targets; a "
+          "network's sources and targets are the same padded axis.")
+    every = index.min_delay if every is None else every
+    if not isinstance(every, int) or not 1 <= every <= index.min_delay:
+      raise ValueError(
+          f"Delivery: every = {every!r} steps per exchange must be an int in "
+          f"[1, min_delay = {index.min_delay}]: a spike must not be needed "
+          "before the exchange that carries it.")
+    self.mesh, self.axis, self.every, self.sizes = mesh, axis, every, sizes
+    self.n, self.n_local = index.n_pre, index.n_local
+    self.length = ring_length(index.max_delay, every)
+    r = index.n_receptors
+    put = lambda x, spec: jax.device_put(x, NamedSharding(mesh, spec))  # noqa: E731
+    self.index = bs.ParamState(jax.tree.map(lambda a: put(a, P(axis)), index),
+                               name=f"{name}.index", spec=P(axis))
+    spec = P(None, None, axis)
+    self.buffer = bs.ShortTermState(
+        put(jnp.zeros((r, self.length, self.n), jnp.float32), spec),
+        name=f"{name}.buffer", spec=spec)
+    self.current = bs.ShortTermState(
+        put(jnp.zeros((every, r, self.n), jnp.float32), spec),
+        name=f"{name}.current", spec=spec)
+    self.t = bs.ShortTermState(put(jnp.zeros((), jnp.int32), P()),
+                               name=f"{name}.t", spec=P())
+
+  def reset(self) -> None:
+    """Empties the queue and sets the step counter to 0."""
+    self.buffer.value = jnp.zeros_like(self.buffer.value)
+    self.current.value = jnp.zeros_like(self.current.value)
+    self.t.value = jnp.zeros_like(self.t.value)
+
+  def step(self, update: Callable[[jax.Array], jax.Array]) -> Callable:
+    """A ``bs.shard_map`` that advances ``every`` steps per call.
+
+    ``update(inputs)`` runs per shard once per step: ``inputs [R, n_local]``
+    (float32) is the input arriving in this step per receptor; it returns
+    the shard's spikes ``[n_local]`` (bool) and may read and write States.
+    The call returns the global spikes ``[n]`` (``every == 1``) or ``[every,
+    n]``; :attr:`t` is the index of the step being updated.
+    """
+    out = P(self.axis) if self.every == 1 else P(None, self.axis)
+    return bs.shard_map(lambda: self._block(update), mesh=self.mesh,
+                        in_specs=(), out_specs=out)
+
+  def _block(self, update: Callable) -> jax.Array:
+    m, t0 = self.every, self.t.value
+    # Clear the slots this call consumes (read into `current` last call).
+    buf = jax.lax.dynamic_update_slice_in_dim(
+        self.buffer.value, jnp.zeros_like(self.current.value).swapaxes(0, 1),
+        t0 % self.length, axis=1)
+
+    def one(inputs):
+      spikes = update(inputs)
+      self.t.value = self.t.value + 1
+      if spikes.shape != (self.n_local,) or spikes.dtype != jnp.bool_:
+        raise ValueError(
+            f"Delivery.step: update returned {spikes.dtype}{list(spikes.shape)}"
+            f"; it must return this shard's spikes, bool[{self.n_local}].")
+      return spikes
+
+    if m == 1:  # no loop of one step: a scan costs ~10 us a step on CPU
+      spikes = one(self.current.value[0])[None]
+    else:
+      spikes = bs.for_loop(one, self.current.value)        # [m, n_local]
+    fired = self._gather(spikes)                            # [m, n]
+    index = self.index.value
+    buf = jax.lax.fori_loop(
+        0, m, lambda k, b: deliver(b, fired[k], t0 + k, index, self.sizes),
+        buf)
+    nxt = jax.lax.dynamic_slice_in_dim(buf, (t0 + m) % self.length, m, 1)
+    self.buffer.value, self.current.value = buf, nxt.swapaxes(0, 1)
+    return spikes[0] if m == 1 else spikes
+
+  def _gather(self, spikes: jax.Array) -> jax.Array:
+    """All shards' spikes. One device: no all-gather (XLA:CPU runs even a
+    one-device all-gather as a real collective, ~10% of a small step)."""
+    if self.mesh.shape[self.axis] == 1:
+      return spikes
+    return jax.lax.all_gather(spikes, self.axis, axis=1, tiled=True)
+
+
+def block_spikes(out: jax.Array) -> jax.Array:
+  """A ``bs.SpikeMonitor`` source for a step of ``every > 1`` steps per call:
+  its ``[every, n]`` spikes as one vector ``[n * every]`` (neuron-major, so
+  the vector keeps the neuron axis' sharding: no communication). Decode the
+  record with :func:`unblock_spikes`."""
+  return out.T.reshape(-1)
+
+
+def unblock_spikes(data: Any, every: int, dt: float | None = None) -> Any:
+  """The ``SpikeData`` of a ``block_spikes`` record (one entry per call of
+  ``every`` steps) as per-step events, sorted by step then neuron; ``dt``
+  is the step (default: the record's ``dt / every``, the Runner having
+  run with ``dt = every * step``)."""
+  flat = np.asarray(data.neurons, np.int64)
+  steps = np.asarray(data.steps, np.int64) * every + flat % every
+  neurons = flat // every
+  order = np.lexsort((neurons, steps))
+  return bs.SpikeData(steps[order], neurons[order].astype(np.int32),
+                      data.n // every, data.dt / every if dt is None else dt)
