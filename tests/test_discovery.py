@@ -321,3 +321,19 @@ def test_get_jaxpr_out_shapes_and_treedef():
   shapes = sf.get_out_shapes(jnp.ones(2), compile_if_miss=False)
   assert [s.shape for s in shapes] == [(2,), (2,)]
   assert sf.get_out_treedef(jnp.ones(2)) == jax.tree.structure((0, 0))
+
+
+def test_discovery_leaks_no_tracer_under_checking_leaks():
+  # the discovery frame holds the trace's tracers: it must not outlive it
+  w = bs.ParamState(jnp.array(2.0), name="w")
+  v = bs.State(jnp.zeros(3), name="v")
+  grad = bs.grad(lambda x: (w.value * x).sum(), grad_states=w)
+
+  @bs.jit
+  def outer(x):
+    v.value = v.value + x
+    return grad(x)
+
+  with jax.checking_leaks():
+    out = outer(jnp.ones(3))
+  assert float(out) == 3.0 and float(v.value[0]) == 1.0

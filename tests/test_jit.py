@@ -249,6 +249,9 @@ def test_clear_cache_trace_and_name():
   traced = step.trace(jnp.ones(2))
   assert float(v.value[0]) == 3.0  # tracing writes nothing
   assert traced.lower().compile() is not None
+  compiled = step.compile(jnp.ones(2))   # brainstate's spelling
+  np.testing.assert_array_equal(compiled(jnp.ones(2)), [4.0, 4.0])
+  assert float(v.value[0]) == 4.0
 
 
 # ----------------------------------------------------------------------------

@@ -253,6 +253,8 @@ def test_state_ref_round_trip_and_tree_map():
   assert float(rebuilt.value[0]) == 3.0
   p1.update_from_ref(total)
   assert float(p1.value[0]) == 3.0
+  assert total.replace(jnp.zeros(3)).name == "p" and total.copy().type is bs.ParamState
+  assert total.get_metadata() == {"name": "p", "spec": None, "axes": None}
 
 
 def test_state_ref_inside_jit_is_a_write():

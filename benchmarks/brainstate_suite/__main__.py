@@ -30,8 +30,8 @@ def main(argv=None):
     if args.failures:
       c = counts[area]
       print(f"## {area}")
-      for tid in c.failed:
-        print("  FAIL", tid)
+      for tid, why in c.failed.items():
+        print("  FAIL", tid, "--", why)
       for tid, why in c.deselected.items():
         print("  SKIP", tid, "--", why)
   print(run.table(counts))

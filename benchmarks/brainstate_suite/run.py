@@ -42,7 +42,7 @@ PLUGIN = "benchmarks.brainstate_suite.plugin"
 class Count:
   """One area's outcome: test ids by result, and skip reasons."""
   passed: list = field(default_factory=list)
-  failed: list = field(default_factory=list)
+  failed: dict = field(default_factory=dict)  # id -> first line of error
   deselected: dict = field(default_factory=dict)  # id -> reason
 
   @property
@@ -58,7 +58,9 @@ def _outcomes(xml_path):
     if skipped is not None:
       count.deselected[tid] = skipped.get("message", "")
     elif case.find("failure") is not None or case.find("error") is not None:
-      count.failed.append(tid)
+      bad = case.find("failure")
+      bad = bad if bad is not None else case.find("error")
+      count.failed[tid] = (bad.get("message") or "").split("\n")[0][:200]
     else:
       count.passed.append(tid)
   return count

@@ -92,11 +92,12 @@ def discover(fun: Callable, leaves: Sequence[Any], name: str, *,
   ``inject`` gives some states the avals they have inside the construct
   (e.g. a loop carry made per-shard); the others are read from outside.
   """
-  frames: list[DiscoveryFrame] = []
+  # What the trace found, without the frame: its slots hold the trace's
+  # tracers, and keeping it past the trace is a leak (jax.checking_leaks).
+  found: list[tuple] = []
 
   def traced(*leaves):
     frame = DiscoveryFrame(name, compat.current_trace(), state_signature)
-    frames.append(frame)
     with frame:
       for state, avals in inject:
         a_leaves, a_tree = jax.tree.flatten(avals)
@@ -104,24 +105,25 @@ def discover(fun: Callable, leaves: Sequence[Any], name: str, *,
       out = fun(*leaves)
       _check_no_state_out(name, out)
       written = [frame.value_of(s) for s in frame.written_states()]
+    found.append((tuple(frame.touched_states()), tuple(frame.input_states()),
+                  tuple(frame.written_states()), frame.placements))
     return out, written
 
   closed, shapes = jax.make_jaxpr(
       traced, axis_env=list(axis_env) if axis_env else None,
       return_shape=True)(*leaves)
-  frame = frames[-1]
-  states = tuple(frame.touched_states())
+  states, read_states, write_states, placements = found[-1]
   out_tree = jax.tree.structure(shapes)
   return Discovery(
       states=states,
-      read_states=tuple(frame.input_states()),
-      write_states=tuple(frame.written_states()),
+      read_states=read_states,
+      write_states=write_states,
       jaxpr=closed,
       out_tree=out_tree,
       out_avals=jax.tree.unflatten(out_tree, closed.out_avals),
       out_shapes=shapes[0],
       state_sigs=tuple(current_signature(s) for s in states),
-      placements=frame.placements)
+      placements=placements)
 
 
 class StateOutputError(TypeError, ValueError):

@@ -43,6 +43,19 @@ class StateRef:
     return self.type(self.value, name=self.name, spec=self.spec,
                      axes=self.axes)
 
+  def replace(self, value: Any) -> "StateRef":
+    """This ref with another value."""
+    return StateRef(self.type, value, self.name, self.spec, self.axes)
+
+  def copy(self) -> "StateRef":
+    """A ref with the same type, value and metadata."""
+    return self.replace(self.value)
+
+  def get_metadata(self) -> dict:
+    """``name``, ``spec`` and ``axes`` (brainstate's metadata, without the
+    type and value)."""
+    return dict(name=self.name, spec=self.spec, axes=self.axes)
+
   def tree_flatten(self):
     return (self.value,), (self.type, self.name, self.spec, self.axes)
 

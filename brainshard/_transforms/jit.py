@@ -120,6 +120,11 @@ class JittedFunction:
       return Lowered(jitted.lower(*jargs, **jkwargs), program, mask)
     return self._core.with_program(args, kwargs, lower_program)
 
+  def compile(self, *args, **kwargs) -> "Compiled":
+    """``self.lower(*args, **kwargs).compile()`` (brainstate's
+    ``jitted.compile(x)``)."""
+    return self.lower(*args, **kwargs).compile()
+
   def __repr__(self) -> str:
     return f"<{self.name}>"
 
