@@ -7,6 +7,7 @@ from brainshard._core.caches import clear_caches
 from brainshard._core.errors import StateTraceError
 from brainshard._core.state import (
     LongTermState, ParamState, ShortTermState, State)
+from brainshard._core.state_dict import StateDictManager
 from brainshard._core.discovery import StatefulFunction
 from brainshard._transforms.jit import jit
 from brainshard._transforms.shard_map import shard_map
@@ -43,7 +44,7 @@ _compat.hide_from_tracebacks(_os.path.dirname(_os.path.abspath(__file__)))
 __all__ = [
     # states
     "State", "ParamState", "ShortTermState", "LongTermState",
-    "StateTraceError", "RandomState",
+    "StateTraceError", "RandomState", "StateDictManager",
     # transforms
     "StatefulFunction", "jit", "shard_map", "vmap", "clear_caches",
     "grad", "value_and_grad", "vjp", "jvp", "jacrev", "jacfwd", "hessian",

@@ -271,3 +271,69 @@ def test_jaxpr_call_with_a_missing_value_names_the_state():
                      r"holds float32\[3\]"):
     bs.StatefulFunction(f).jaxpr_call([None], 2.0)
   np.testing.assert_array_equal(np.asarray(w.value), np.ones(3))
+
+
+# -- brainstate's make_jaxpr cases (issue 24) --------------------------------
+
+
+def test_jaxpr_call_messages_name_the_mismatch():
+  a, b = bs.State(jnp.ones(2), name="a"), bs.State(jnp.ones(2), name="b")
+
+  def f(x):
+    a.value = a.value + x
+    b.value = b.value + x
+    return a.value
+
+  sf = bs.StatefulFunction(f)
+  with pytest.raises(ValueError, match="State length mismatch: got 1 state values"):
+    sf.jaxpr_call([a.value], 1.0)
+  with pytest.raises(ValueError, match="State 'b' is None at index 1"):
+    sf.jaxpr_call([a.value, None], 1.0)
+
+
+def test_returning_a_state_is_a_clear_error():
+  a = bs.State(jnp.ones(3), name="a")
+  for call in (lambda: bs.jit(lambda: a)(),
+               lambda: bs.StatefulFunction(lambda x: bs.State(x)).make_jaxpr(1.0)):
+    # a TypeError, as JAX's for a non-array output, and brainstate's ValueError
+    with pytest.raises(TypeError, match=r"returned State.*return `state.value`"):
+      call()
+    with pytest.raises(ValueError):
+      call()
+
+
+def test_static_argnums_past_the_signature_are_an_error():
+  sf = bs.StatefulFunction(lambda x: x, static_argnums=(5,))
+  with pytest.raises(ValueError, match="static_argnums contains index 5, but "
+                     "the function takes 1 positional"):
+    sf.make_jaxpr(jnp.ones(1))
+  with pytest.raises(ValueError, match="index 2"):
+    bs.jit(lambda x, y: x, static_argnums=2)(1.0, 2.0)
+  # *args: any position may exist
+  assert bs.jit(lambda *xs: xs[0] * xs[1], static_argnums=1)(2.0, 3) == 6.0
+
+
+def test_get_jaxpr_out_shapes_and_treedef():
+  sf = bs.StatefulFunction(lambda x: (x * 2, x + 1))
+  with pytest.raises(ValueError, match="not compiled"):
+    sf.get_jaxpr(jnp.ones(2), compile_if_miss=False)
+  assert sf.get_jaxpr(jnp.ones(2)) is sf.make_jaxpr(jnp.ones(2))
+  shapes = sf.get_out_shapes(jnp.ones(2), compile_if_miss=False)
+  assert [s.shape for s in shapes] == [(2,), (2,)]
+  assert sf.get_out_treedef(jnp.ones(2)) == jax.tree.structure((0, 0))
+
+
+def test_discovery_leaks_no_tracer_under_checking_leaks():
+  # the discovery frame holds the trace's tracers: it must not outlive it
+  w = bs.ParamState(jnp.array(2.0), name="w")
+  v = bs.State(jnp.zeros(3), name="v")
+  grad = bs.grad(lambda x: (w.value * x).sum(), grad_states=w)
+
+  @bs.jit
+  def outer(x):
+    v.value = v.value + x
+    return grad(x)
+
+  with jax.checking_leaks():
+    out = outer(jnp.ones(3))
+  assert float(out) == 3.0 and float(v.value[0]) == 1.0

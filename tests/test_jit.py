@@ -192,10 +192,66 @@ def test_in_and_out_shardings(axis_type):
   np.testing.assert_array_equal(s.value, np.arange(8.0) * 2)
 
 
-def test_in_shardings_must_be_a_tuple():
+def test_one_in_sharding_is_every_positional_argument():
+  # jax.jit's meaning (brainstate raises NotImplementedError)
   m = mesh((2,), ("x",))
-  with pytest.raises(TypeError, match="in_shardings"):
-    bs.jit(lambda x: x, in_shardings=NamedSharding(m, P("x")))
+  s = bs.State(jnp.zeros(4), name="s")
+  shard = NamedSharding(m, P("x"))
+
+  @bs.jit(in_shardings=shard, static_argnums=2)
+  def f(x, y, k):
+    s.value = s.value + x
+    return x + y * k
+
+  out = f(jnp.arange(4.0), jnp.ones(4), 2)
+  np.testing.assert_array_equal(out, np.arange(4.0) + 2)
+  np.testing.assert_array_equal(s.value, np.arange(4.0))
+  assert f.in_shardings is shard
+
+  class Model:
+    @bs.jit(in_shardings=shard)
+    def step(self, x):
+      s.value = s.value + x
+      return 2 * x
+
+  np.testing.assert_array_equal(Model().step(jnp.ones(4)), 2 * np.ones(4))
+
+
+def test_in_shardings_bad_forms():
+  m = mesh((2,), ("x",))
+  with pytest.raises(TypeError, match="fixed number of positional"):
+    bs.jit(lambda *xs: xs, in_shardings=NamedSharding(m, P("x")))
+  with pytest.raises(TypeError, match="in_shardings must be a Sharding .* got dict"):
+    bs.jit(lambda x: x, in_shardings={"x": NamedSharding(m, P("x"))})
+
+
+def test_negative_donate_argnums_are_an_error():
+  # they would count from the end into the States' values the program takes
+  with pytest.raises(ValueError, match="donate_argnums must be non-negative"):
+    bs.jit(lambda x: x, donate_argnums=-1)
+
+
+def test_clear_cache_trace_and_name():
+  traces = []
+  v = bs.State(jnp.zeros(2), name="v")
+
+  @bs.jit(name="stepper")
+  def step(x):
+    traces.append(1)
+    v.value = v.value + x
+    return v.value
+
+  step(jnp.ones(2)); step(jnp.ones(2))
+  assert len(traces) == 1 and repr(step) == "<bs.jit(stepper)>"
+  step.clear_cache()
+  step(jnp.ones(2))
+  assert len(traces) == 2 and float(v.value[0]) == 3.0
+  traced = step.trace(jnp.ones(2))
+  assert float(v.value[0]) == 3.0  # tracing writes nothing
+  assert traced.lower().compile() is not None
+  compiled = step.compile(jnp.ones(2))   # brainstate's spelling
+  np.testing.assert_array_equal(compiled(jnp.ones(2)), [4.0, 4.0])
+  assert float(v.value[0]) == 4.0
 
 
 # ----------------------------------------------------------------------------

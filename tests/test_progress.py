@@ -237,7 +237,9 @@ def test_unknown_keywords_are_type_errors_naming_them():
     ({"count": 10.0}, TypeError, "count.*float"),
     ({"freq": 10, "count": 10}, ValueError, "freq .* or count .*not both"),
     ({"desc": 5}, TypeError, "desc must be a str"),
-    ({"desc": ("{i}", dict)}, TypeError, "desc must be a str"),
+    ({"desc": ("{i}",)}, ValueError, "desc pair .* got 1 item"),
+    ({"desc": (5, dict)}, TypeError, r"desc pair .* got \(int, type\)"),
+    ({"desc": ("{i}", "fn")}, TypeError, r"got \(str, str\)"),
     ({"file": "log.txt"}, TypeError, "file must have a write"),
     ({"use_tqdm": "yes"}, TypeError, "use_tqdm"),
 ])
@@ -252,3 +254,23 @@ def test_integer_like_arguments_and_equality():
   assert bs.ProgressBar(count=5) == bs.ProgressBar(count=5)
   assert bs.ProgressBar(count=5) != bs.ProgressBar(freq=5)
   assert repr(bs.ProgressBar(count=5, desc="x")) == "ProgressBar(count=5, desc='x')"
+
+
+def test_desc_pair_formats_the_label_with_traced_values():
+  # brainstate's desc=(format, fn): fn maps the traced step to the values
+  out = io.StringIO()
+  bar = bs.ProgressBar(freq=2, desc=("step {i} twice={j}",
+                                     lambda d: {"i": d["i"], "j": 2 * d["i"]}),
+                       file=out, use_tqdm=False)
+  assert bar.print_freq == 2 and bar.desc[0] == "step {i} twice={j}"
+  bs.for_loop(lambda x: x, jnp.ones(5), pbar=bar)
+  jax.effects_barrier()
+  text = out.getvalue()
+  assert "step 3 twice=6:  80% 4/5" in text, text
+  assert "step 4 twice=8: 100% 5/5" in text, text
+
+
+def test_desc_fn_must_return_a_dict():
+  bar = bs.ProgressBar(desc=("{i}", lambda d: d["i"]), use_tqdm=False)
+  with pytest.raises(TypeError, match="must return a dict .* returned"):
+    bs.for_loop(lambda x: x, jnp.ones(3), pbar=bar)

@@ -258,3 +258,58 @@ def test_pytrees_of_arrays_and_dicts_of_numbers_stay_valid():
   t.value = [3.0, 4.0]  # its structure is already a list of scalars
   assert float(t.value[1]) == 4.0
   assert bs.State([]).value == []
+
+
+# -- brainstate's State methods (issue 24) ----------------------------------
+
+
+def test_replace_keyword_forms():
+  w = bs.ParamState(jnp.ones(2), name="w", spec=P())
+  renamed = w.replace(_name="w2")      # brainstate's spelling
+  assert (type(renamed), renamed.name, renamed.spec) == (bs.ParamState, "w2", P())
+  assert renamed.value is not None and float(renamed.value.sum()) == 2.0
+  assert w.replace(name="w3", value=jnp.zeros(2)).name == "w3"
+  other = bs.ParamState(jnp.zeros(2))
+  assert w.replace(other) is other     # brainstate: the same-type State itself
+  with pytest.raises(ValueError, match="of another type"):
+    w.replace(bs.State(jnp.zeros(2)))
+  with pytest.raises(TypeError, match=r"replace\(\) got colour="):
+    w.replace(colour="red")
+
+
+def test_numel_and_copy_from():
+  assert bs.State(jnp.ones(())).numel() == 1
+  assert bs.State({"a": jnp.ones((2, 3)), "b": [jnp.ones(4)]}).numel() == 10
+  a, b = bs.State(jnp.ones(2)), bs.State(jnp.zeros(2))
+  a.copy_from(b)
+  assert float(a.value.sum()) == 0.0
+  a.copy_from(a)
+  with pytest.raises(ValueError, match="same type"):
+    a.copy_from(bs.ShortTermState(jnp.zeros(2)))
+
+
+def test_state_ref_round_trip_and_tree_map():
+  p1 = bs.ParamState(jnp.ones(3), name="p")
+  p2 = bs.ParamState(jnp.full(3, 2.0), name="p")
+  r1, r2 = p1.to_state_ref(), p2.to_state_ref()
+  assert jax.tree.structure(r1) == jax.tree.structure(r2)
+  total = jax.tree.map(lambda a, b: a + b, r1, r2)
+  rebuilt = total.to_state()
+  assert type(rebuilt) is bs.ParamState and rebuilt.name == "p"
+  assert float(rebuilt.value[0]) == 3.0
+  p1.update_from_ref(total)
+  assert float(p1.value[0]) == 3.0
+  assert total.replace(jnp.zeros(3)).name == "p" and total.copy().type is bs.ParamState
+  assert total.get_metadata() == {"name": "p", "spec": None, "axes": None}
+
+
+def test_state_ref_inside_jit_is_a_write():
+  v = bs.State(jnp.zeros(2), name="v")
+
+  @bs.jit
+  def step():
+    ref = v.to_state_ref()
+    v.update_from_ref(jax.tree.map(lambda x: x + 1, ref))
+
+  step(); step()
+  assert float(v.value[0]) == 2.0

@@ -11,6 +11,7 @@ call-signature cache on top.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Hashable, NamedTuple, Sequence
 
 import jax
@@ -91,35 +92,70 @@ def discover(fun: Callable, leaves: Sequence[Any], name: str, *,
   ``inject`` gives some states the avals they have inside the construct
   (e.g. a loop carry made per-shard); the others are read from outside.
   """
-  frames: list[DiscoveryFrame] = []
+  # What the trace found, without the frame: its slots hold the trace's
+  # tracers, and keeping it past the trace is a leak (jax.checking_leaks).
+  found: list[tuple] = []
 
   def traced(*leaves):
     frame = DiscoveryFrame(name, compat.current_trace(), state_signature)
-    frames.append(frame)
     with frame:
       for state, avals in inject:
         a_leaves, a_tree = jax.tree.flatten(avals)
         frame.inject(state, frame.new_input((a_tree, tuple(a_leaves))))
       out = fun(*leaves)
+      _check_no_state_out(name, out)
       written = [frame.value_of(s) for s in frame.written_states()]
+    found.append((tuple(frame.touched_states()), tuple(frame.input_states()),
+                  tuple(frame.written_states()), frame.placements))
     return out, written
 
   closed, shapes = jax.make_jaxpr(
       traced, axis_env=list(axis_env) if axis_env else None,
       return_shape=True)(*leaves)
-  frame = frames[-1]
-  states = tuple(frame.touched_states())
+  states, read_states, write_states, placements = found[-1]
   out_tree = jax.tree.structure(shapes)
   return Discovery(
       states=states,
-      read_states=tuple(frame.input_states()),
-      write_states=tuple(frame.written_states()),
+      read_states=read_states,
+      write_states=write_states,
       jaxpr=closed,
       out_tree=out_tree,
       out_avals=jax.tree.unflatten(out_tree, closed.out_avals),
       out_shapes=shapes[0],
       state_sigs=tuple(current_signature(s) for s in states),
-      placements=frame.placements)
+      placements=placements)
+
+
+class StateOutputError(TypeError, ValueError):
+  """A function returned a State. A ``TypeError`` (what JAX raises for a
+  non-array output) that is also the ``ValueError`` brainstate raises."""
+
+
+def _check_no_state_out(name: str, out: Any) -> None:
+  for leaf in jax.tree.leaves(out, is_leaf=lambda x: isinstance(x, State)):
+    if isinstance(leaf, State):
+      raise StateOutputError(
+          f"{name} returned {leaf._label()}. A transformed function returns "
+          "arrays: return `state.value` (a State stays where it is and its "
+          "writes are kept anyway).")
+
+
+def _static_range_error(static: StaticArgs, fun: Callable) -> str | None:
+  """The message for static_argnums past a fixed signature (jax.jit raises
+  for those too), else None."""
+  try:
+    params = list(inspect.signature(fun).parameters.values())
+  except (TypeError, ValueError):
+    return None
+  if any(p.kind == p.VAR_POSITIONAL for p in params):
+    return None
+  n = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+          for p in params)
+  bad = [i for i in static.argnums if i >= n]
+  if not bad:
+    return None
+  return (f"{static.owner}: static_argnums contains index {bad[0]}, but the "
+          f"function takes {n} positional argument(s).")
 
 
 def evaluate(d: Discovery, arg_leaves: Sequence[Any], read_vals: Sequence[Any]
@@ -177,6 +213,7 @@ class StatefulFunction:
     self.static_argnums = self.static.argnums
     self.static_argnames = self.static.argnames
     self.axis_env = list(axis_env) if axis_env else None
+    self._static_error = _static_range_error(self.static, fun)
     self._cache: Cache = Cache()
     self._last: Discovery | None = None
     self._core = None  # the compiled program of __call__, made on first call
@@ -205,6 +242,8 @@ class StatefulFunction:
     """Traces (or fetches from the cache) the discovery for this call."""
     found, call, key, leaves = self.lookup(args, kwargs)
     if found is None:
+      if self._static_error:
+        raise ValueError(self._static_error)
       treedef = call.flat()[1]
 
       def run(*dyn_leaves):
@@ -232,8 +271,9 @@ class StatefulFunction:
       found = self.lookup(args, kwargs)[0]
       if found is None:
         raise ValueError(
-            f"{self.name}: nothing discovered for these arguments yet and "
-            "compile_if_miss=False; call it, or pass compile_if_miss=True.")
+            f"{self.name}: nothing discovered (not compiled) for these "
+            "arguments yet and compile_if_miss=False; call it, or pass "
+            "compile_if_miss=True.")
       return found
     return self.discover(*args, **kwargs)
 
@@ -253,6 +293,22 @@ class StatefulFunction:
                        ) -> tuple[State, ...]:
     """States the function writes."""
     return self._discovery_for(args, kwargs, compile_if_miss).write_states
+
+  def get_jaxpr(self, *args, compile_if_miss: bool = True, **kwargs) -> Any:
+    """:meth:`make_jaxpr` for these arguments (with none, the most recent);
+    ``compile_if_miss=False`` raises instead of tracing an unseen call."""
+    return self._discovery_for(args, kwargs, compile_if_miss).jaxpr
+
+  def get_out_shapes(self, *args, compile_if_miss: bool = True, **kwargs
+                     ) -> Any:
+    """ShapeDtypeStructs of the function's output (as :meth:`get_jaxpr`)."""
+    return self._discovery_for(args, kwargs, compile_if_miss).out_shapes
+
+  def get_out_treedef(self, *args, compile_if_miss: bool = True, **kwargs
+                      ) -> Any:
+    """The treedef of the function's output (as :meth:`get_jaxpr`)."""
+    return jax.tree.structure(
+        self._discovery_for(args, kwargs, compile_if_miss).out_shapes)
 
   def __call__(self, *args, **kwargs) -> Any:
     """Runs the function and writes its results to the States, compiled
@@ -284,14 +340,15 @@ class StatefulFunction:
     state_vals = list(state_vals)
     if len(state_vals) != len(d.states):
       raise ValueError(
-          f"{self.name}.jaxpr_call got {len(state_vals)} state values, but "
-          f"the function touches {len(d.states)} states "
+          f"{self.name}.jaxpr_call: State length mismatch: got "
+          f"{len(state_vals)} state values, but the function touches "
+          f"{len(d.states)} states "
           f"({', '.join(s._label() for s in d.states)}).")
-    for s, v, sig in zip(d.states, state_vals, d.state_sigs):
+    for i, (s, v, sig) in enumerate(zip(d.states, state_vals, d.state_sigs)):
       if jax.tree.structure(v) != sig[0]:
         raise ValueError(
             f"{self.name}.jaxpr_call: the value given for {s._label()} is "
-            f"{describe_value(v)}, but the state holds "
+            f"{describe_value(v)} at index {i}, but the state holds "
             f"{describe_signature(sig)}; pass one value per state of "
             "get_states(), in that order.")
     by_id = {id(s): v for s, v in zip(d.states, state_vals)}

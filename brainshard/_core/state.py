@@ -24,6 +24,7 @@ import jax.numpy as jnp
 
 from brainshard._core import compat
 from brainshard._core.errors import StateTraceError, check_not_scalar_list
+from brainshard._core.state_extras import StateExtras
 
 if TYPE_CHECKING:
   from brainshard._core.frames import Frame
@@ -150,7 +151,7 @@ class _Unset:
 _UNSET = _Unset()
 
 
-class State:
+class State(StateExtras):
   """A named, mutable pytree of arrays that brainshard transforms can update.
 
   Read and write it through ``.value``. Plain Python functions that close over
@@ -236,9 +237,11 @@ class State:
     else:
       self._set_global(self._checked_top_level(value, "restored"))
 
-  def replace(self, value: Any) -> "State":
+  def replace(self, value: Any = _UNSET, **changes: Any) -> "State":
     """A new State of this type holding ``value``, with this one's name,
     ``spec`` and ``axes`` (brainstate's ``replace``); this one is unchanged.
+    ``name=`` (or brainstate's ``_name=``), ``spec=``, ``axes=`` change those;
+    without ``value`` the new State holds this one's value.
 
     Example:
       >>> import brainshard as bs, jax.numpy as jnp
@@ -247,11 +250,16 @@ class State:
       >>> type(w2).__name__, w2.name, w2.value, w.value
       ('ParamState', 'w', Array([0., 0.], dtype=float32), Array([1., 1.], dtype=float32))
     """
+    if isinstance(value, State):
+      return self._replaced_by(value)
+    fields = self._replaced_fields(changes)
+    if value is _UNSET:
+      value = self.value
     new = object.__new__(type(self))
     # public attributes (a subclass's too); State.__init__ sets the rest
     vars(new).update({k: v for k, v in vars(self).items()
                       if not k.startswith("_")})
-    State.__init__(new, value, name=self.name, spec=self.spec, axes=self.axes)
+    State.__init__(new, value, **fields)
     return new
 
   def copy(self) -> "State":

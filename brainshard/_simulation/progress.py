@@ -44,8 +44,12 @@ class ProgressBar:
   ipywidgets), else a one-line text bar.
 
   Args:
-    freq: report every ``freq`` steps.
-    desc: a label shown before the bar (default: the loop's name).
+    freq: report every ``freq`` steps (also readable as ``print_freq``,
+      brainstate's name).
+    desc: a label shown before the bar (default: the loop's name), or
+      brainstate's ``(format, fn)``: at each report the label is
+      ``format.format(**fn({'i': step}))``, ``fn`` called while the loop is
+      traced (so it may use traced values) and returning a dict.
     count: how many times the bar reports over the whole loop (brainstate's
       ``count``): every ``ceil(steps / count)`` steps, so at most ``count``
       reports; a loop of fewer steps reports every step. Give ``freq`` or
@@ -84,10 +88,7 @@ class ProgressBar:
           f"ProgressBar: give freq (report every that many steps) or count "
           f"(report that many times), not both; got freq={freq!r}, "
           f"count={count!r}.")
-    if desc is not None and not isinstance(desc, str):
-      raise TypeError(
-          f"ProgressBar: desc must be a str or None, got "
-          f"{type(desc).__name__} {desc!r}.")
+    desc = _check_desc(desc)
     if file is not None and not callable(getattr(file, "write", None)):
       raise TypeError(
           f"ProgressBar: file must have a write() method (like sys.stderr or "
@@ -100,6 +101,11 @@ class ProgressBar:
     self.file = file
     self.use_tqdm = use_tqdm
     self.tqdm_kwargs = tqdm_kwargs
+
+  @property
+  def print_freq(self) -> int | None:
+    """brainstate's name for ``freq``."""
+    return self.freq
 
   def _key(self) -> tuple:
     return (self.freq, self.count, self.desc, id(self.file), self.use_tqdm,
@@ -139,6 +145,37 @@ def _positive_int(x: Any, what: str) -> int | None:
   if x < 1:
     raise ValueError(f"ProgressBar: {what} must be a positive int, got {x!r}.")
   return int(x)
+
+
+def _check_desc(desc: Any) -> Any:
+  if desc is None or isinstance(desc, str):
+    return desc
+  if not isinstance(desc, (tuple, list)):
+    raise TypeError(
+        f"ProgressBar: desc must be a str, a (format, fn) pair or None, got "
+        f"{type(desc).__name__} {desc!r}.")
+  if len(desc) != 2:
+    raise ValueError(
+        f"ProgressBar: a desc pair is (format string, fn returning a dict); "
+        f"got {len(desc)} item(s): {desc!r}.")
+  fmt, fn = desc
+  if not isinstance(fmt, str) or not callable(fn):
+    raise TypeError(
+        f"ProgressBar: a desc pair is (format string, fn returning a dict); "
+        f"got ({type(fmt).__name__}, {type(fn).__name__}).")
+  return (fmt, fn)
+
+
+def _desc_data(desc: Any, step: Any) -> dict:
+  """The traced values a ``(format, fn)`` desc formats with ({} for a str)."""
+  if not isinstance(desc, tuple):
+    return {}
+  data = desc[1]({"i": step})
+  if not isinstance(data, dict):
+    raise TypeError(
+        f"ProgressBar: the desc function {desc[1]!r} must return a dict of "
+        f"values for {desc[0]!r}, but returned {type(data).__name__}.")
+  return data
 
 
 def _check_tqdm_kwargs(kwargs: dict, use_tqdm: bool | None) -> None:
@@ -192,14 +229,15 @@ class _Ticker:
     if not _callbacks_supported(self.host.name):
       return
     n = step + 1
+    data = _desc_data(self.host.config.desc, step)
     pred = ((n % self.freq) == 0) | (n == self.host.total) | (step == 0)
     first = _first_shard()
     if first is not None:
       pred = jnp.logical_and(pred, first)
-    jax.lax.cond(pred, self._report, lambda n: None, n)
+    jax.lax.cond(pred, self._report, lambda n, data: None, n, data)
 
-  def _report(self, n: Any) -> None:
-    jax.debug.callback(self.host.update, n, ordered=False)
+  def _report(self, n: Any, data: dict) -> None:
+    jax.debug.callback(self.host.update, n, data, ordered=False)
 
 
 def _callbacks_supported(name: str) -> bool:
@@ -243,7 +281,7 @@ class _HostBar:
     self.bar: Any = None
     self.n = 0
 
-  def update(self, n: Any) -> None:
+  def update(self, n: Any, data: dict | None = None) -> None:
     n = int(n)
     with self.lock:
       if n == self.n and self.bar is not None:
@@ -252,6 +290,8 @@ class _HostBar:
         self._close()
         self.bar = self._open()
         self.n = 0
+      if data:
+        self._describe(data)
       self.bar.update(n - self.n)
       self.n = n
       if n >= self.total:
@@ -263,9 +303,16 @@ class _HostBar:
       self.bar = None
     self.n = 0
 
+  def _describe(self, data: dict) -> None:
+    label = self.config.desc[0].format(**data)
+    if hasattr(self.bar, "set_description"):  # tqdm
+      self.bar.set_description(label, refresh=False)
+    else:
+      self.bar.desc = label
+
   def _open(self) -> Any:
     cfg = self.config
-    desc = cfg.desc if cfg.desc is not None else self.name
+    desc = cfg.desc if isinstance(cfg.desc, str) else self.name
     tqdm = tqdm_class() if cfg.use_tqdm is not False else None
     if tqdm is None and cfg.use_tqdm:
       raise ImportError("ProgressBar(use_tqdm=True) needs tqdm: pip install tqdm")

@@ -11,9 +11,12 @@ touches new states grows the program and the call is retried.
 from __future__ import annotations
 
 import functools
+import inspect
 import operator
 import weakref
 from typing import Any, Callable, Sequence
+
+import jax
 
 from brainshard._core.args import (
     StaticArgs, copy_metadata, fun_name, normalize_argnums)
@@ -29,14 +32,15 @@ class JittedFunction:
   def __init__(self, fun: Callable, *, static_argnums=(), static_argnames=(),
                donate_argnums=(), donate_states: bool | str = "auto",
                in_shardings=None, out_shardings=None,
-               static: StaticArgs | None = None):
+               static: StaticArgs | None = None, name: str | None = None):
     self.fun = fun
-    self.name = f"bs.jit({fun_name(fun)})"
+    self._given_name = name
+    self.name = f"bs.jit({name or fun_name(fun)})"
     self.static = static or StaticArgs(fun, static_argnums, static_argnames,
                                        owner=self.name)
     self.static_argnums = self.static.argnums
     self.static_argnames = self.static.argnames
-    self.donate_argnums = normalize_argnums(donate_argnums)
+    self.donate_argnums = _check_donate_argnums(self.name, donate_argnums)
     self.donate_states = _check_donate_states(donate_states)
     self.in_shardings = in_shardings
     self.out_shardings = out_shardings
@@ -53,7 +57,9 @@ class JittedFunction:
     self._core = StatefulJit(
         fun, self.name, stateful=self.stateful,
         donate_argnums=self.donate_argnums, donate_states=core_donate,
-        jit_kwargs=_sharding_kwargs(self.name, in_shardings, out_shardings))
+        jit_kwargs=_sharding_kwargs(
+            self.name, _one_sharding_per_argument(self, in_shardings),
+            out_shardings))
     self._bound: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
     copy_metadata(self, fun)
 
@@ -76,7 +82,7 @@ class JittedFunction:
           method, static=self.static.shifted_for_self(method),
           donate_argnums=tuple(i - 1 for i in self.donate_argnums if i > 0),
           donate_states=self.donate_states, in_shardings=self.in_shardings,
-          out_shardings=self.out_shardings)
+          out_shardings=self.out_shardings, name=self._given_name)
       try:
         self._bound[instance] = bound
       except TypeError:
@@ -91,12 +97,33 @@ class JittedFunction:
     """Output ShapeDtypeStructs of a call, without running or writing it."""
     return self.stateful.discover(*args, **kwargs).out_shapes
 
+  def clear_cache(self) -> None:
+    """Forgets this function's discoveries and compiled program: the next
+    call discovers its States and compiles again (``bs.clear_caches()``
+    does this for every function)."""
+    self.stateful.clear_cache()
+    self._core.clear()
+    self._bound.clear()
+
+  def trace(self, *args, **kwargs) -> Any:
+    """``jax.stages.Traced`` of the program for these arguments and the
+    States' current values (its jaxpr takes the States' values first)."""
+    def trace_program(program):
+      _, jitted, jargs, jkwargs = program.prepare(args, kwargs)
+      return jitted.trace(*jargs, **jkwargs)
+    return self._core.with_program(args, kwargs, trace_program)
+
   def lower(self, *args, **kwargs) -> "Lowered":
     """Lowers for these arguments and the states' current values."""
     def lower_program(program):
       mask, jitted, jargs, jkwargs = program.prepare(args, kwargs)
       return Lowered(jitted.lower(*jargs, **jkwargs), program, mask)
     return self._core.with_program(args, kwargs, lower_program)
+
+  def compile(self, *args, **kwargs) -> "Compiled":
+    """``self.lower(*args, **kwargs).compile()`` (brainstate's
+    ``jitted.compile(x)``)."""
+    return self.lower(*args, **kwargs).compile()
 
   def __repr__(self) -> str:
     return f"<{self.name}>"
@@ -149,13 +176,44 @@ def _check_donate_states(value: Any) -> bool | str:
       f"donate_states must be 'auto', True or False; got {value!r}.")
 
 
+def _check_donate_argnums(name: str, donate_argnums: Any) -> tuple[int, ...]:
+  nums = normalize_argnums(donate_argnums)
+  # the program's arguments start with the States' values: a negative
+  # position would count from the end into them
+  if any(i < 0 for i in nums):
+    raise ValueError(
+        f"{name}: donate_argnums must be non-negative positions; got "
+        f"{donate_argnums!r}.")
+  return nums
+
+
+def _one_sharding_per_argument(jf: JittedFunction, in_shardings: Any) -> Any:
+  """As in ``jax.jit``, one Sharding stands for every positional argument;
+  that needs a fixed number of them (no ``*args``)."""
+  if not isinstance(in_shardings, jax.sharding.Sharding):
+    return in_shardings
+  try:
+    params = inspect.signature(jf.fun).parameters.values()
+  except (TypeError, ValueError):
+    params = None
+  if params is None or any(p.kind == p.VAR_POSITIONAL for p in params):
+    raise TypeError(
+        f"{jf.name}: one sharding as in_shardings needs a function with a "
+        "fixed number of positional parameters; give a tuple with one entry "
+        "per positional argument.")
+  n = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+          for p in params)
+  return (in_shardings,) * (n - len(jf.static_argnums))
+
+
 def _sharding_kwargs(name: str, in_shardings: Any, out_shardings: Any) -> dict:
   kw = {}
   if in_shardings is not None:
     if not isinstance(in_shardings, (tuple, list)):
       raise TypeError(
-          f"{name}: in_shardings must be a tuple with one entry (a sharding, a "
-          "pytree of them, or None) per positional argument; got "
+          f"{name}: in_shardings must be a Sharding (for every positional "
+          "argument) or a tuple with one entry (a sharding, a pytree of them, "
+          f"or None) per positional argument; got "
           f"{type(in_shardings).__name__}.")
     kw["in_shardings"] = tuple(in_shardings)  # Program prefixes the states
   if out_shardings is not None:
@@ -169,7 +227,8 @@ def jit(fun: Callable | None = None, *,
         donate_argnums: int | Sequence[int] = (),
         donate_states: bool | str = "auto",
         in_shardings: Any = None,
-        out_shardings: Any = None):
+        out_shardings: Any = None,
+        name: str | None = None):
   """Compiles ``fun``, threading every State it reads or writes.
 
   Reads see each State's current value on every call; writes persist. One
@@ -185,9 +244,12 @@ def jit(fun: Callable | None = None, *,
       old value at that call, so ``old = s.value; step(); old`` keeps working
       (docs/donation.md has the exact rule). ``True``: always (a kept
       ``old`` is deleted). ``False``: never.
-    in_shardings: None, or a tuple with one sharding (pytree) per positional
-      argument; states keep the sharding they have.
+    in_shardings: None, one Sharding for every positional argument, or a
+      tuple with one sharding (pytree) per positional argument; states keep
+      the sharding they have.
     out_shardings: sharding(s) of the function's output.
+    name: the name errors and the repr use (brainstate's ``name=``;
+      default: the function's).
 
   Example:
     >>> import brainshard as bs, jax.numpy as jnp
@@ -201,7 +263,8 @@ def jit(fun: Callable | None = None, *,
   """
   kwargs = dict(static_argnums=static_argnums, static_argnames=static_argnames,
                 donate_argnums=donate_argnums, donate_states=donate_states,
-                in_shardings=in_shardings, out_shardings=out_shardings)
+                in_shardings=in_shardings, out_shardings=out_shardings,
+                name=name)
   if fun is None:
     return lambda f: JittedFunction(f, **kwargs)
   return JittedFunction(fun, **kwargs)

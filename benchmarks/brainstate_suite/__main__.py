@@ -1,0 +1,41 @@
+"""Print brainstate 0.5.4's test pass counts under brainshard.
+
+Usage: ``python -m benchmarks.brainstate_suite [AREA ...] [--download]
+[--failures] [--run-slow]``.
+"""
+
+import argparse
+import sys
+
+from benchmarks.brainstate_suite import locate, run
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(prog="python -m benchmarks.brainstate_suite")
+  parser.add_argument("areas", nargs="*", choices=[[]] + list(run.AREAS),
+                      help="areas to run (default: all)")
+  parser.add_argument("--download", action="store_true",
+                      help="pip download brainstate 0.5.4 if not installed")
+  parser.add_argument("--failures", action="store_true",
+                      help="list the failing tests and the deselected ones")
+  parser.add_argument("--run-slow", action="store_true")
+  args = parser.parse_args(argv)
+  package = locate.find(download=args.download)
+  if package is None:
+    sys.exit("brainstate 0.5.4's tests not found (try --download)")
+  counts = {}
+  for area in args.areas or run.AREAS:
+    counts[area] = run.run_area(package, run.AREAS[area],
+                                run_slow=args.run_slow)
+    if args.failures:
+      c = counts[area]
+      print(f"## {area}")
+      for tid, why in c.failed.items():
+        print("  FAIL", tid, "--", why)
+      for tid, why in c.deselected.items():
+        print("  SKIP", tid, "--", why)
+  print(run.table(counts))
+
+
+if __name__ == "__main__":
+  main()
