@@ -26,6 +26,9 @@ internal                                       used for                         
 ``jax.extend.core.get_opaque_trace_state``     telling a foreign JAX transform from ours        (jax.extend, semi-public)
 ``jax.extend.core.jaxpr_as_fun``               evaluating a discovery's jaxpr without Python    ``jax.core.eval_jaxpr``
 ``jax.core.Tracer``, ``jax.core.ShapedArray``  is-this-traced checks; per-shard avals           (public, re-exported here)
+``jax.extend.random.define_prng_impl`` /       block keys (``_simulation/random_blocks``): a    none: ``jax.random.bits`` over
+``threefry2x32_p`` / ``threefry_prng_impl``    key whose bits hash the global indices of the    the global shape, then a slice
+                                               block a shard holds                              (n_shards times the work)
 =============================================  ===============================================  ===========================
 """
 
@@ -42,12 +45,15 @@ from jax._src.array import ArrayImpl
 from jax import tree_util as _tree_util
 from jax.core import ShapedArray, Tracer
 from jax.extend.core import get_opaque_trace_state, jaxpr_as_fun
+from jax.extend.random import (define_prng_impl, threefry2x32_p,
+                                threefry_prng_impl)
 
 __all__ = ["at_top_level", "current_trace", "new_trace_input", "jaxpr_as_fun",
            "Tracer", "ShapedArray", "is_traced", "varying_axes",
             "get_opaque_trace_state", "step_aval", "eager", "under_trace",
            "forget_staged_closures", "hide_from_tracebacks", "api_boundary",
-           "ArrayImpl"]
+           "ArrayImpl", "define_prng_impl", "threefry2x32_p",
+           "threefry_prng_impl"]
 
 # `ArrayImpl` is the concrete type of every jax.Array a computation returns;
 # the donation rule (brainshard/_donation.py) only vouches for that type.
