@@ -103,10 +103,7 @@ def draw(where: str, key: Any, fn, params: tuple, shape: tuple[int, ...],
   not at the output's shape).
   ``opts`` are static (hashable) options.
   """
-  sub = _key(key, where)
   index, axes = _draw_context(spec)
-  if index is not None:
-    sub = jax.random.fold_in(sub, index)
   shape = tuple(shape)
   lay = random_blocks.layout(where, shape + tuple(event), spec, axes,
                              len(event), tuple(bits_event))
@@ -114,6 +111,9 @@ def draw(where: str, key: Any, fn, params: tuple, shape: tuple[int, ...],
     _check_unsplit(where, lay, *unsplit)
   if not blocked:  # the same whole draw on every shard
     lay = None
+  sub = _key(key, where)  # advanced only once the draw is known to be valid
+  if index is not None:
+    sub = jax.random.fold_in(sub, index)
   dtype = None if dtype is None else jnp.dtype(dtype)
   ranks = tuple(ranks) if ranks is not None else (0,) * len(params)
   return _run(sub, *params, fn=fn, shape=shape, dtype=dtype,
