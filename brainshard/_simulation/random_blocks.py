@@ -122,10 +122,6 @@ class Layout(NamedTuple):
   dims: tuple[tuple[tuple[str, ...], int], ...]
   event: tuple[int, ...]
 
-  @property
-  def split(self) -> bool:
-    return any(n > 1 for _, n in self.dims)
-
 
 def _entry_axes(entry: Any) -> tuple[str, ...]:
   if entry is None:
