@@ -1,10 +1,22 @@
 """NumPy-style random draws that work under brainshard transforms.
 
 Draws come from a default :class:`~brainshard.RandomState` unless ``key=``
-is given (a RandomState, which advances, or a key array, used as is). Inside
-``bs.shard_map`` draws from a RandomState differ on every shard; a key
-array passed as ``key=`` is used unchanged on every shard. Every function is
-also a method of :class:`~brainshard.RandomState` (``rng.gamma(2.0)``).
+is given (a RandomState, which advances, or a key array, used as is). Every
+function is also a method of :class:`~brainshard.RandomState`
+(``rng.gamma(2.0)``).
+
+Inside ``bs.shard_map`` a draw is this shard's block of the unsharded draw:
+``size`` is the per-shard shape and ``spec=`` (a PartitionSpec over the
+global shape; default: the leading axis split over all manual mesh axes)
+says which block, so the same seed gives the same numbers on any mesh.
+Elementwise samplers (all but the ones below) work with any spec;
+:func:`permutation`, :func:`shuffle` and ``choice(replace=False)`` need the
+permuted axis whole, :func:`multinomial`, :func:`dirichlet` and
+:func:`multivariate_normal` their event (last) axis (a spec splitting it
+raises). Samplers that reject (gamma, beta, chisquare, standard_t,
+dirichlet, negative_binomial) give each element its own key; the count
+samplers (poisson, binomial, multinomial, hypergeometric) run exact loops
+whose steps draw whole blocks.
 
 Names and argument order are ``numpy.random``'s (``size=`` is the output
 shape; ``None`` gives the parameters' broadcast shape, a scalar for scalar
@@ -15,10 +27,6 @@ array (JAX arrays are immutable); integer draws default to ``int32``.
 brainstate's follows ``jax.random.pareto`` on ``[1, inf)``.
 :func:`negative_binomial` is an exact gamma-Poisson mixture and
 :func:`hypergeometric` an exact sequential draw (``jax.random`` has neither).
-Inside ``bs.shard_map`` the count samplers (poisson, binomial, multinomial,
-negative_binomial) run exact loops of their own, because ``jax.random``'s
-loops fail with a per-shard key. No sampler of the list in issue 15 is
-missing.
 
 Example:
   >>> import brainshard as bs
@@ -31,8 +39,9 @@ Example:
 """
 
 from brainshard._simulation.random import (
-    DEFAULT_SEED, RandomState, bernoulli, default_state, normal, poisson,
-    randint, seed, split_key, uniform)
+    DEFAULT_SEED, RandomState, default_state, seed, split_key)
+from brainshard._simulation.random_draw import (
+    bernoulli, normal, poisson, randint, uniform)
 from brainshard._simulation.random_samplers import (
     beta, chisquare, dirichlet, exponential, gamma, gumbel, laplace,
     logistic, lognormal, multivariate_normal, pareto, standard_cauchy,

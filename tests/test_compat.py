@@ -29,6 +29,9 @@ INTERNALS = [
     ("jax._src.array", "ArrayImpl"),
     ("jax.extend.core", "get_opaque_trace_state"),
     ("jax.extend.core", "jaxpr_as_fun"),
+    ("jax.extend.random", "define_prng_impl"),
+    ("jax.extend.random", "threefry2x32_p"),
+    ("jax.extend.random", "threefry_prng_impl"),
     ("jax.core", "Tracer"),
     ("jax.core", "ShapedArray"),
 ]

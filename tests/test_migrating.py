@@ -54,8 +54,8 @@ def test_sharded_port_gives_the_same_spikes(port):
 @pytest.mark.parametrize("name, kwargs", [
     ("normal", dict(size=(3,))), ("uniform", dict(size=(3,))),
     ("randint", dict(low=0, high=10, size=(4,))),
-    ("bernoulli", dict(p=0.5, size=(4,))), ("poisson", dict(lam=3.0, size=(4,))),
-])
+    ("bernoulli", dict(p=0.5, size=(4,))),
+])  # not poisson: brainshard's exact, mesh-independent algorithm differs
 def test_same_seed_same_draws_as_brainstate(name, kwargs):
   """The guide says a brainstate script's top-level draws keep their
   numbers: two draws in a row after seed(1)."""

@@ -269,3 +269,164 @@ def test_threads_mixing_eager_and_jitted_draws_share_no_key():
   assert len(set(keys)) == len(keys)
   assert set(keys) == set(expected)
   assert final == _key_bytes(ref.value)
+
+
+# ----------------------------------------------------------------------------
+# The mesh changes nothing: a shard draws its block of the unsharded draw
+
+
+def _draws(rng, n):
+  """Several samplers at per-shard size ``64 // n`` (global 64)."""
+  s = (64 // n,)
+  return (rng.normal(1.0, 2.0, size=s), rng.uniform(size=s),
+          rng.randint(1000, size=s), rng.bernoulli(0.3, size=s),
+          rng.poisson(2.5, size=s), rng.gamma(2.0, size=s),
+          rng.binomial(12, 0.4, size=s), rng.choice(9, size=s),
+          rng.truncated_normal(-1.0, 2.0, size=s))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [1, 2, 4, 8])
+def test_sharded_draws_are_the_unsharded_draw_on_any_mesh(n):
+  # Compiled, as the sharded program is: an eager draw computes with its
+  # parameters at run time, where XLA may fold constants (last-bit changes).
+  rng = bs.RandomState(21)
+  whole = [np.asarray(x) for x in bs.jit(lambda: _draws(rng, 1))()]
+  rng.seed(21)
+  mesh = make_mesh((n,), ("x",))
+  f = bs.shard_map(lambda: _draws(rng, n), mesh=mesh, in_specs=(),
+                   out_specs=P("x"))
+  for name, a, b in zip(["normal", "uniform", "randint", "bernoulli",
+                         "poisson", "gamma", "binomial", "choice",
+                         "truncated_normal"], whole, f()):
+    np.testing.assert_array_equal(b, a, err_msg=name)
+  # the key advanced exactly as the unsharded draws advanced it
+  ref = bs.RandomState(21)
+  _draws(ref, 1)
+  np.testing.assert_array_equal(jax.random.key_data(rng.value),
+                                jax.random.key_data(ref.value))
+
+
+def test_two_d_mesh_and_a_spec_splitting_a_non_leading_axis():
+  mesh = make_mesh((2, 4), ("x", "y"))
+  whole = np.asarray(bs.RandomState(3).normal(size=(4, 8, 3)))
+  rng = bs.RandomState(3)
+  cases = [  # (spec, per-shard size, out_specs)
+      (P("x", "y"), (2, 2, 3), P("x", "y")),
+      (P(None, ("x", "y")), (4, 1, 3), P(None, ("x", "y"))),
+      (P("y", "x"), (1, 4, 3), P("y", "x")),
+  ]
+  for spec, size, out in cases:
+    rng.seed(3)
+    got = bs.shard_map(lambda: rng.normal(size=size, spec=spec), mesh=mesh,
+                       in_specs=(), out_specs=out)()
+    np.testing.assert_array_equal(got, whole, err_msg=str(spec))
+
+
+def test_mesh_axes_the_spec_does_not_name_draw_equal_numbers():
+  mesh = make_mesh((2, 4), ("x", "y"))
+  rng = bs.RandomState(8)
+  # only 'y' splits the draw: the two 'x' rows of shards hold equal blocks
+  both = bs.shard_map(
+      lambda: rng.uniform(size=(1, 2), spec=P(None, "y"))
+      + jnp.zeros((1, 1)), mesh=mesh, in_specs=(), out_specs=P("x", "y"))()
+  both = np.asarray(both)
+  np.testing.assert_array_equal(both[0], both[1])
+  np.testing.assert_array_equal(both[0], bs.RandomState(8).uniform(size=8))
+  # a scalar draw (no leading axis) is the same on every shard
+  rng.seed(8)
+  s = bs.shard_map(lambda: rng.normal()[None], mesh=mesh, in_specs=(),
+                   out_specs=P(("x", "y")))()
+  np.testing.assert_array_equal(s, np.full(8, bs.RandomState(8).normal()))
+
+
+def _lif_step(v, rng, size, spec=None):
+  noise = rng.normal(0.0, 3.0, size=size, spec=spec)
+  v.value = v.value + (-v.value + 12.0 + noise) * 0.1
+  spikes = v.value > 10.0
+  v.value = jnp.where(spikes, 0.0, v.value)
+  return spikes
+
+
+@pytest.mark.slow
+def test_noisy_simulation_gives_identical_spikes_on_1_2_4_8_devices():
+  steps, n = 40, 64
+  v = bs.State(jnp.zeros(n), name="v")
+  rng = bs.RandomState(0, name="noise")
+  ref = np.asarray(bs.for_loop(lambda: _lif_step(v, rng, (n,)), length=steps))
+  assert 0 < ref.sum() < ref.size  # the noise matters
+  for d in (1, 2, 4, 8):
+    mesh = make_mesh((d,), ("x",))
+    v.value, _ = jnp.zeros(n), rng.seed(0)
+    run = bs.jit(bs.shard_map(
+        lambda: bs.for_loop(lambda: _lif_step(v, rng, (n // d,)), length=steps),
+        mesh=mesh, in_specs=(), out_specs=P(None, "x"),
+        state_in_specs={v: P("x")}))
+    np.testing.assert_array_equal(run(), ref, err_msg=f"{d} devices")
+    # an eager loop over an eager shard_map step: the same spikes again
+    v.value, _ = jnp.zeros(n), rng.seed(0)
+    step = bs.shard_map(lambda: _lif_step(v, rng, (n // d,)), mesh=mesh,
+                        in_specs=(), out_specs=P("x"), state_in_specs={v: P("x")})
+    np.testing.assert_array_equal(np.stack([step() for _ in range(3)]),
+                                  ref[:3], err_msg=f"eager, {d} devices")
+
+
+def test_samplers_refuse_to_split_what_they_permute_and_change_nothing():
+  mesh = make_mesh((4,), ("x",))
+  rng = bs.RandomState(1, name="rng")
+  before = jax.random.key_data(rng.value)
+  cases = [
+      (lambda: rng.permutation(jnp.arange(8)), "permutation.*axis 0.*'x'"),
+      (lambda: rng.choice(20, size=4, replace=False), "choice.*without"),
+      (lambda: rng.multinomial(5, jnp.ones(4) / 4, size=(2, 1),
+                               spec=P(None, None, "x")), "multinomial.*event axis"),
+      (lambda: rng.normal(size=4, spec=P("z")), "axis 'z'.*manual axes"),
+      (lambda: rng.normal(size=4, spec=P("x", "x")), "spec=.*2 entries"),
+      (lambda: rng.normal(size=4, spec="x"), "PartitionSpec"),
+  ]
+  for body, match in cases:
+    f = bs.shard_map(body, mesh=mesh, in_specs=(), out_specs=P("x"))
+    with pytest.raises((ValueError, TypeError), match=match):
+      f()
+    np.testing.assert_array_equal(jax.random.key_data(rng.value), before)
+  # eager, outside shard_map: a bad spec changes nothing either
+  with pytest.raises(ValueError, match="2 entries"):
+    rng.normal(size=3, spec=P(None, None))
+  np.testing.assert_array_equal(jax.random.key_data(rng.value), before)
+
+
+def test_permutation_of_an_unsplit_axis_is_the_unsharded_permutation():
+  mesh = make_mesh((4,), ("x",))
+  x = jnp.arange(32).reshape(8, 4)
+  whole = np.asarray(bs.RandomState(6).permutation(x.T, axis=0))
+  rng = bs.RandomState(6)
+  got = bs.shard_map(lambda xb: rng.permutation(xb, axis=0, spec=P(None, "x")),
+                     mesh=mesh, in_specs=P(None, "x"), out_specs=P(None, "x"))(
+                         x.T)
+  np.testing.assert_array_equal(got, whole)
+  rng.seed(6)
+  ind = bs.RandomState(6).permutation(x.T, axis=0, independent=True)
+  got = bs.shard_map(lambda xb: rng.permutation(xb, axis=0, independent=True,
+                                                spec=P(None, "x")),
+                     mesh=mesh, in_specs=P(None, "x"), out_specs=P(None, "x"))(
+                         x.T)
+  np.testing.assert_array_equal(got, ind)
+
+
+def test_block_keys_carry_the_counter_into_the_high_word():
+  from brainshard._core import compat
+  from brainshard._simulation import random_blocks as rb
+  key = jax.random.key(4)
+  k1, k2 = jax.random.key_data(key)
+  lo0 = 2 ** 32 - 2
+  got = jax.random.bits(rb.block_key(key, 7, lo0), (4,))
+  hi = jnp.array([7, 7, 8, 8], jnp.uint32)
+  lo = jnp.array([lo0, lo0 + 1, 0, 1], jnp.uint32)
+  b1, b2 = compat.threefry2x32_p.bind(k1, k2, hi, lo)
+  np.testing.assert_array_equal(got, b1 ^ b2)
+  # 64-bit multiply-add of the row offsets, against Python integers
+  x = np.array([0, 1, 65537, 2 ** 32 - 1], np.uint32)
+  for c in (3, 2 ** 32 + 5, 2 ** 40 - 1):
+    h, l = rb._mul_add(jnp.uint32(1), jnp.uint32(2 ** 32 - 1), jnp.asarray(x), c)
+    want = [((1 << 32) + 2 ** 32 - 1 + int(v) * c) % 2 ** 64 for v in x]
+    assert [(int(a) << 32) | int(b) for a, b in zip(h, l)] == want

@@ -279,8 +279,8 @@ def test_threads_drawing_new_samplers_share_no_key():
   assert set(out) == expected
 
 
-# name -> (per-shard draw(size, rng), scipy distribution): these run the
-# exact loops of random_counts (jax.random's fail with a per-shard key)
+# name -> (per-shard draw(size, rng), scipy distribution): the exact loops
+# of random_counts, whose steps draw whole blocks
 SHARD_COUNTS = {
     "poisson": (lambda s, r: r.poisson(3.0, s), stats.poisson(3.0)),
     "binomial": (lambda s, r: r.binomial(10, 0.3, s), stats.binom(10, 0.3)),

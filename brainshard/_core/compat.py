@@ -29,6 +29,9 @@ internal                                       used for                         
 ``axis_name`` / ``axes`` locals of JAX's       naming the axis of a collective that failed      none (JAX raises a bare
 frames in a traceback                          with a bare AssertionError (an axis the mesh     ``AssertionError``)
                                                lacks: :func:`collective_axis_names`)
+``jax.extend.random.define_prng_impl`` /       block keys (``_simulation/random_blocks``): a    none: ``jax.random.bits`` over
+``threefry2x32_p`` / ``threefry_prng_impl``    key whose bits hash the global indices of the    the global shape, then a slice
+                                               block a shard holds                              (n_shards times the work)
 =============================================  ===============================================  ===========================
 """
 
@@ -45,12 +48,15 @@ from jax._src.array import ArrayImpl
 from jax import tree_util as _tree_util
 from jax.core import ShapedArray, Tracer
 from jax.extend.core import get_opaque_trace_state, jaxpr_as_fun
+from jax.extend.random import (define_prng_impl, threefry2x32_p,
+                                threefry_prng_impl)
 
 __all__ = ["at_top_level", "current_trace", "new_trace_input", "jaxpr_as_fun",
            "Tracer", "ShapedArray", "is_traced", "varying_axes",
             "get_opaque_trace_state", "step_aval", "eager", "under_trace",
            "forget_staged_closures", "hide_from_tracebacks", "api_boundary",
-           "ArrayImpl", "collective_axis_names"]
+           "ArrayImpl", "collective_axis_names", "define_prng_impl",
+           "threefry2x32_p", "threefry_prng_impl"]
 
 # `ArrayImpl` is the concrete type of every jax.Array a computation returns;
 # the donation rule (brainshard/_donation.py) only vouches for that type.

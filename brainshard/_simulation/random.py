@@ -5,17 +5,17 @@ A :class:`RandomState` is a State holding a typed PRNG key
 ordinary State write, so draws work under ``bs.jit``, in loops and inside
 ``bs.shard_map``) and draws from the other half.
 
-Inside a ``bs.shard_map`` body every shard must draw different numbers,
-while the key State itself must stay equal on every shard (it is
-replicated). So the key advances identically on all shards, and the key a
-draw uses is folded with the shard's linear index over all manual mesh axes:
-the numbers are independent across shards and reproducible for a seed and
-a mesh shape.
+Inside a ``bs.shard_map`` body a draw is the block of the unsharded draw
+that the shard holds: ``spec=`` (a PartitionSpec over the draw's global
+shape; default: the leading axis split over all manual mesh axes) gives the
+global shape (the per-shard ``size`` times the mesh axes it names) and the
+block, and each element's bits depend only on the key and the element's
+global index (``random_blocks``). The key State advances identically on
+every shard, so the same seed gives the same numbers on any mesh.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
 from typing import Any, Sequence
@@ -27,12 +27,8 @@ import numpy as np
 from brainshard._core import compat
 from brainshard._core.frames import manual_axes
 from brainshard._core.state import SLOT_LOCK, State, frame_stack
-from brainshard._simulation import random_counts
 
-__all__ = [
-    "RandomState", "default_state", "seed", "split_key", "normal", "uniform",
-    "bernoulli", "poisson", "randint",
-]
+__all__ = ["RandomState", "default_state", "seed", "split_key"]
 
 Size = int | Sequence[int] | None
 
@@ -64,23 +60,33 @@ def _as_key(seed_or_key: Any, owner: str) -> jax.Array:
       f"{' ' + str(getattr(x, 'dtype', '')) if hasattr(x, 'dtype') else ''}.")
 
 
+def _member_axes() -> list[tuple[Any, int]]:
+  """``(axis name, size)`` of every enclosing ``bs.vmap`` (its members)."""
+  return [axis for frame in frame_stack()
+          for axis in getattr(frame, "vmap_axes", ())]
+
+
+def _fold_members(index: Any, axes: tuple) -> Any:
+  """``index`` extended by the member index of every enclosing ``bs.vmap``
+  (None without either). A member's frame carries ``vmap_axes``."""
+  for name, size in _member_axes():
+    member = jax.lax.axis_index(name)
+    if axes and name in compat.varying_axes(jax.typeof(member)):
+      raise NotImplementedError(_VMAP_AROUND_SHARD_MAP)
+    index = member if index is None else index * size + member
+  return index
+
+
 def _shard_index() -> Any:
   """This shard's linear index over all manual axes, extended by the member
   index of every enclosing ``bs.vmap`` (None outside both).
 
-  A ``bs.vmap`` member's frame carries ``vmap_axes``: ``((axis name,
-  size),)``. An ensemble sharded over a mesh axis with B/n members per shard
-  thus draws what the unsharded ensemble draws (index = global member).
+  An ensemble sharded over a mesh axis with B/n members per shard thus
+  draws what the unsharded ensemble draws (index = global member).
   """
   axes = manual_axes()
   index = jax.lax.axis_index(tuple(a for a, _ in axes)) if axes else None
-  for frame in frame_stack():
-    for name, size in getattr(frame, "vmap_axes", ()):
-      member = jax.lax.axis_index(name)
-      if axes and name in compat.varying_axes(jax.typeof(member)):
-        raise NotImplementedError(_VMAP_AROUND_SHARD_MAP)
-      index = member if index is None else index * size + member
-  return index
+  return _fold_members(index, axes)
 
 
 # Where a shard_map body is first traced inside a bs.vmap around it, the
@@ -103,7 +109,8 @@ class RandomState(State):
       ``uint32`` key (``jax.random.PRNGKey``, stored as a typed key).
     name: an optional name for errors and reprs.
 
-  The methods mirror the module functions of :mod:`brainshard.random`.
+  Every draw of :mod:`brainshard.random` is also a method, drawing from
+  this state (``rng.normal(size=3)``).
   Draws from several threads are safe: each advances the key exactly once,
   so no two draws share a key, and the set of keys drawn is the one that as
   many draws in one thread would give.
@@ -132,40 +139,30 @@ class RandomState(State):
   def split_key(self, n: int | None = None) -> jax.Array:
     """A fresh key (or ``n`` keys), advancing this state.
 
-    Inside ``bs.shard_map`` the key differs on every shard.
+    Inside ``bs.shard_map`` the key differs on every shard (it is folded
+    with the shard's index, unlike a draw, which takes its block of the
+    unsharded draw).
     """
-    if frame_stack():  # traced: the frame records the read and the write
-      sub = self._advance()
-    else:
-      # Eager draws from several threads must not read the same key.
-      # SLOT_LOCK, not a lock of our own: a top-level bs.jit call that
-      # draws holds it from reading this key until it writes the next one.
-      with SLOT_LOCK:
-        sub = self._advance()
+    sub = self._next_key()
     index = _shard_index()
     if index is not None:
       sub = jax.random.fold_in(sub, index)
     return sub if n is None else jax.random.split(sub, n)
 
+  def _next_key(self) -> jax.Array:
+    """The key of one draw, advancing the state (the same on every shard)."""
+    if frame_stack():  # traced: the frame records the read and the write
+      return self._advance()
+    # Eager draws from several threads must not read the same key.
+    # SLOT_LOCK, not a lock of our own: a top-level bs.jit call that
+    # draws holds it from reading this key until it writes the next one.
+    with SLOT_LOCK:
+      return self._advance()
+
   def _advance(self) -> jax.Array:
     key, sub = jax.random.split(self.value)
     self.value = key
     return sub
-
-  def normal(self, loc=0.0, scale=1.0, size: Size = None, dtype=None):
-    return normal(loc, scale, size, key=self, dtype=dtype)
-
-  def uniform(self, low=0.0, high=1.0, size: Size = None, dtype=None):
-    return uniform(low, high, size, key=self, dtype=dtype)
-
-  def bernoulli(self, p=0.5, size: Size = None):
-    return bernoulli(p, size, key=self)
-
-  def poisson(self, lam=1.0, size: Size = None, dtype=jnp.int32):
-    return poisson(lam, size, key=self, dtype=dtype)
-
-  def randint(self, low, high=None, size: Size = None, dtype=jnp.int32):
-    return randint(low, high, size, key=self, dtype=dtype)
 
 
 # ----------------------------------------------------------------------------
@@ -223,9 +220,9 @@ def seed(seed_or_key: Any = None) -> None:
 def _key(key: Any, where: str) -> jax.Array:
   """The key one draw uses: split off a RandomState, or the key given."""
   if key is None:
-    return default_state().split_key()
+    return default_state()._next_key()
   if isinstance(key, RandomState):
-    return key.split_key()
+    return key._next_key()
   if isinstance(key, State):
     raise TypeError(
         f"bs.random.{where}: key= got {key._label()}, which is not a "
@@ -256,80 +253,3 @@ def _float_dtype(dtype: Any, *params: Any) -> Any:
     return dtype
   dt = jnp.result_type(*params, float)
   return dt if jnp.issubdtype(dt, jnp.floating) else jnp.dtype(float)
-
-
-# One compiled program per draw kind and shape, so eager draws do not run
-# (and compile) op by op; under a transform they are inlined as usual.
-
-
-@functools.partial(jax.jit, static_argnums=(3, 4))
-def _normal(key, loc, scale, shape, dtype):
-  z = jax.random.normal(key, shape, dtype)
-  return (loc + scale * z).astype(dtype)
-
-
-@functools.partial(jax.jit, static_argnums=(3, 4))
-def _uniform(key, low, high, shape, dtype):
-  return jax.random.uniform(key, shape, dtype, minval=low, maxval=high)
-
-
-@functools.partial(jax.jit, static_argnums=(2,))
-def _bernoulli(key, p, shape):
-  return jax.random.bernoulli(key, p, shape)
-
-
-@functools.partial(jax.jit, static_argnums=(2, 3))
-def _poisson(key, lam, shape, dtype):
-  if random_counts.varying(key):  # per-shard key: jax's loop fails there
-    return random_counts.poisson(key, lam, shape, dtype)
-  return jax.random.poisson(key, lam, shape, dtype)
-
-
-@functools.partial(jax.jit, static_argnums=(3, 4))
-def _randint(key, low, high, shape, dtype):
-  return jax.random.randint(key, shape, low, high, dtype)
-
-
-def normal(loc=0.0, scale=1.0, size: Size = None, key: Any = None,
-           dtype: Any = None) -> jax.Array:
-  """Normal samples with mean ``loc`` and standard deviation ``scale``
-  (``None`` means the default, brainstate's spelling).
-
-  ``size`` is the output shape (default: the broadcast shape of the
-  parameters). Inside ``bs.shard_map`` it is the per-shard shape, and each
-  shard draws different numbers.
-  """
-  loc = 0.0 if loc is None else loc
-  scale = 1.0 if scale is None else scale
-  dtype = _float_dtype(dtype, loc, scale)
-  return _normal(_key(key, "normal"), loc, scale, _shape(size, loc, scale),
-                 jnp.dtype(dtype))
-
-
-def uniform(low=0.0, high=1.0, size: Size = None, key: Any = None,
-            dtype: Any = None) -> jax.Array:
-  """Uniform samples in ``[low, high)``."""
-  dtype = _float_dtype(dtype, low, high)
-  return _uniform(_key(key, "uniform"), low, high, _shape(size, low, high),
-                  jnp.dtype(dtype))
-
-
-def bernoulli(p=0.5, size: Size = None, key: Any = None) -> jax.Array:
-  """Booleans that are True with probability ``p``."""
-  return _bernoulli(_key(key, "bernoulli"), p, _shape(size, p))
-
-
-def poisson(lam=1.0, size: Size = None, key: Any = None,
-            dtype: Any = jnp.int32) -> jax.Array:
-  """Poisson counts with rate ``lam``."""
-  return _poisson(_key(key, "poisson"), lam, _shape(size, lam),
-                  jnp.dtype(dtype or jnp.int32))
-
-
-def randint(low, high=None, size: Size = None, key: Any = None,
-            dtype: Any = jnp.int32) -> jax.Array:
-  """Integers in ``[low, high)`` (``[0, low)`` when ``high`` is None)."""
-  if high is None:
-    low, high = 0, low
-  return _randint(_key(key, "randint"), low, high, _shape(size, low, high),
-                  jnp.dtype(dtype or jnp.int32))

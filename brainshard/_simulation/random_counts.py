@@ -1,12 +1,15 @@
-"""Exact count samplers (Poisson, binomial, multinomial, hypergeometric) that
-also work with a per-shard key.
+"""Exact count samplers (Poisson, binomial, multinomial, hypergeometric),
+one algorithm inside and outside ``bs.shard_map``.
 
-``jax.random.poisson`` and ``jax.random.binomial`` (0.10.2) loop with
-``while_loop`` carries that they create unvarying, so inside ``shard_map``
-with a per-shard (varying) key their trace fails ("carry input and carry
-output must have equal types"). Where the key varies over mesh axes these
-exact samplers run instead: their carries vary like the key. Outside a
-``shard_map`` the ``jax.random`` samplers run (faster for large rates).
+Each loops over draws of a whole block at once: step ``i`` draws from
+``fold_in(key, i)`` at the draw's shape, so with a block key
+(``random_blocks``) an element's count depends only on the key and its
+global index, and a shard's counts are its block of the unsharded counts.
+(``jax.random.poisson`` is not: for rates >= 10 it rejects in lockstep over
+the whole array, and 0.10.2's loops fail with a per-shard key.) The cost is
+a loop of ``lam + O(sqrt(lam))`` steps for Poisson and ``n * min(p, 1-p)``
+for binomial, each a draw of the block: cheap for the small rates of
+per-step noise, slow for rates in the hundreds.
 """
 
 from __future__ import annotations
@@ -16,12 +19,7 @@ import jax.numpy as jnp
 
 from brainshard._core import compat
 
-__all__ = ["poisson", "binomial", "multinomial", "hypergeometric", "varying"]
-
-
-def varying(key) -> bool:
-  """Whether ``key`` varies over manual mesh axes (a per-shard key)."""
-  return bool(compat.varying_axes(jax.typeof(key)))
+__all__ = ["poisson", "binomial", "multinomial", "hypergeometric"]
 
 
 def _like(key, x):

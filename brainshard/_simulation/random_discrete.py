@@ -1,13 +1,14 @@
 """Discrete, combinatorial and NumPy-convenience draws of :mod:`brainshard.random`.
 
-All go through :func:`random_samplers.draw` (the one draw path). Integer
+All go through ``random_draw.draw`` (the one draw path), so inside
+``bs.shard_map`` each draws its block of the unsharded draw (``spec=``);
+permutations and choice without replacement need the permuted axis whole.
+Integer
 results default to ``int32`` (as :func:`~brainshard.random.randint` and
 :func:`~brainshard.random.poisson`), where ``jax.random`` returns floats.
 """
 
 from __future__ import annotations
-
-import functools
 
 from typing import Any
 
@@ -15,9 +16,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from brainshard._simulation.random import Size, _float_dtype, _shape, randint
+from brainshard._simulation.random import Size, _float_dtype, _shape
 from brainshard._simulation import random_counts as counts
-from brainshard._simulation.random_samplers import _loc_scale, draw
+from brainshard._simulation.random_blocks import per_element
+from brainshard._simulation.random_draw import draw, randint
+from brainshard._simulation.random_samplers import _loc_scale
+
+SHARED = 64  # the event rank of a parameter every element shares (choice's a)
 
 __all__ = [
     "rand", "randn", "random", "random_sample", "choice", "permutation",
@@ -39,34 +44,18 @@ def _uniform01(key, *, shape, dtype):
   return jax.random.uniform(key, shape, dtype)
 
 
-def _permutation(key, x, *, shape, dtype, axis, independent):
-  return jax.random.permutation(key, x, axis, independent)
-
-
 def _binomial(key, n, p, *, shape, dtype):
-  if counts.varying(key):  # a per-shard key: see random_counts
-    return counts.binomial(key, n, p, shape, dtype)
-  return jax.random.binomial(key, n, p, shape).astype(dtype)
-
-
-@functools.cache
-def _multinomial_shape_has_outcomes() -> bool:
-  """JAX 0.10's ``multinomial(shape=)`` includes the outcome axis; from
-  0.12 it is the batch shape only."""
-  out = jax.eval_shape(lambda k: jax.random.multinomial(
-      k, 1, jnp.ones(2) / 2, shape=(2,)), jax.random.key(0))
-  return out.shape == (2,)
+  return counts.binomial(key, n, p, shape, dtype)
 
 
 def _multinomial(key, n, p, *, shape, dtype):
-  if counts.varying(key):
-    return counts.multinomial(key, n, p, shape, dtype)
-  jax_shape = shape if _multinomial_shape_has_outcomes() else shape[:-1]
-  return jax.random.multinomial(key, n, p, shape=jax_shape).astype(dtype)
+  return counts.multinomial(key, n, p, shape + p.shape[-1:], dtype)
 
 
-def _categorical(key, logits, *, shape, dtype, axis):
-  return jax.random.categorical(key, logits, axis, shape).astype(dtype)
+def _categorical(key, logits, *, shape, dtype):
+  # jax.random.categorical(axis=-1): gumbel noise at shape + (k,), argmax
+  g = jax.random.gumbel(key, shape + logits.shape[-1:], logits.dtype)
+  return jnp.argmax(g + logits, -1).astype(dtype)
 
 
 def _geometric(key, p, *, shape, dtype):
@@ -76,14 +65,8 @@ def _geometric(key, p, *, shape, dtype):
 def _negative_binomial(key, n, p, *, shape, dtype):
   # Exact gamma-Poisson mixture: failures before the n-th success.
   k1, k2 = jax.random.split(key)
-  lam = jax.random.gamma(k1, n, shape) * (1 - p) / p
-  return _poisson(k2, lam, shape=shape, dtype=dtype)
-
-
-def _poisson(key, lam, *, shape, dtype):
-  if counts.varying(key):
-    return counts.poisson(key, lam, shape, dtype)
-  return jax.random.poisson(key, lam, shape, dtype)
+  g = per_element(lambda k, n: jax.random.gamma(k, n), k1, (n,), shape)
+  return counts.poisson(k2, g * (1 - p) / p, shape, dtype)
 
 
 def _hypergeometric(key, ngood, nbad, nsample, *, shape, dtype):
@@ -94,7 +77,8 @@ def _hypergeometric(key, ngood, nbad, nsample, *, shape, dtype):
 # NumPy conveniences
 
 
-def random_sample(size: Size = None, key: Any = None, dtype: Any = None):
+def random_sample(size: Size = None, key: Any = None, dtype: Any = None,
+                  spec: Any = None):
   """Uniform samples in ``[0, 1)`` (``numpy.random.random_sample``).
 
   Example:
@@ -103,10 +87,11 @@ def random_sample(size: Size = None, key: Any = None, dtype: Any = None):
     (2, 2)
   """
   return draw("random_sample", key, _uniform01, (), _shape(size),
-              _float_dtype(dtype))
+              _float_dtype(dtype), spec=spec)
 
 
-def random(size: Size = None, key: Any = None, dtype: Any = None):
+def random(size: Size = None, key: Any = None, dtype: Any = None,
+           spec: Any = None):
   """Uniform samples in ``[0, 1)`` (``numpy.random.random``).
 
   Example:
@@ -114,10 +99,11 @@ def random(size: Size = None, key: Any = None, dtype: Any = None):
     >>> bs.random.random().shape
     ()
   """
-  return draw("random", key, _uniform01, (), _shape(size), _float_dtype(dtype))
+  return draw("random", key, _uniform01, (), _shape(size), _float_dtype(dtype),
+              spec=spec)
 
 
-def rand(*dn: int, key: Any = None, dtype: Any = None):
+def rand(*dn: int, key: Any = None, dtype: Any = None, spec: Any = None):
   """Uniform samples in ``[0, 1)`` of shape ``dn`` (``numpy.random.rand``).
 
   Example:
@@ -125,10 +111,11 @@ def rand(*dn: int, key: Any = None, dtype: Any = None):
     >>> bs.random.rand(2, 3).shape
     (2, 3)
   """
-  return draw("rand", key, _uniform01, (), _shape(dn), _float_dtype(dtype))
+  return draw("rand", key, _uniform01, (), _shape(dn), _float_dtype(dtype),
+              spec=spec)
 
 
-def randn(*dn: int, key: Any = None, dtype: Any = None):
+def randn(*dn: int, key: Any = None, dtype: Any = None, spec: Any = None):
   """Standard normal samples of shape ``dn`` (``numpy.random.randn``).
 
   Example:
@@ -137,10 +124,10 @@ def randn(*dn: int, key: Any = None, dtype: Any = None):
     (4,)
   """
   return draw("randn", key, _loc_scale, (0.0, 1.0), _shape(dn),
-              _float_dtype(dtype), std=jax.random.normal)
+              _float_dtype(dtype), spec=spec, std=jax.random.normal)
 
 
-def rand_like(input, *, dtype: Any = None, key: Any = None):
+def rand_like(input, *, dtype: Any = None, key: Any = None, spec: Any = None):
   """Uniform ``[0, 1)`` samples with ``input``'s shape (and float dtype).
 
   Example:
@@ -149,10 +136,10 @@ def rand_like(input, *, dtype: Any = None, key: Any = None):
     (2, 3)
   """
   return draw("rand_like", key, _uniform01, (), np.shape(input),
-              _float_dtype(dtype, input))
+              _float_dtype(dtype, input), spec=spec)
 
 
-def randn_like(input, *, dtype: Any = None, key: Any = None):
+def randn_like(input, *, dtype: Any = None, key: Any = None, spec: Any = None):
   """Standard normal samples with ``input``'s shape (and float dtype).
 
   Example:
@@ -161,10 +148,11 @@ def randn_like(input, *, dtype: Any = None, key: Any = None):
     (3,)
   """
   return draw("randn_like", key, _loc_scale, (0.0, 1.0), np.shape(input),
-              _float_dtype(dtype, input), std=jax.random.normal)
+              _float_dtype(dtype, input), spec=spec, std=jax.random.normal)
 
 
-def randint_like(input, low=0, high=None, *, dtype: Any = None, key: Any = None):
+def randint_like(input, low=0, high=None, *, dtype: Any = None, key: Any = None,
+                 spec: Any = None):
   """Integers in ``[low, high)`` (``[0, low)`` without ``high``) shaped like ``input``.
 
   Example:
@@ -175,12 +163,15 @@ def randint_like(input, low=0, high=None, *, dtype: Any = None, key: Any = None)
   if dtype is None:
     dt = jnp.result_type(input)
     dtype = dt if jnp.issubdtype(dt, jnp.integer) else jnp.int32
-  return randint(low, high, np.shape(input), key=key, dtype=dtype)
+  return randint(low, high, np.shape(input), key=key, dtype=dtype, spec=spec)
 
 
 def choice(a, size: Size = None, replace: bool = True, p=None, key: Any = None,
-           axis: int = 0):
+           axis: int = 0, spec: Any = None):
   """Samples from ``a`` (an array, or ``arange(a)`` for an int), as numpy's.
+
+  Inside ``bs.shard_map``, ``spec=`` is over the drawn shape ``size``;
+  without replacement that shape must be whole on every shard.
 
   Example:
     >>> import brainshard as bs, jax.numpy as jnp
@@ -188,11 +179,15 @@ def choice(a, size: Size = None, replace: bool = True, p=None, key: Any = None,
     >>> x.shape, len(set(x.tolist()))
     ((5,), 5)
   """
+  rule = {} if replace else dict(
+      blocked=False, unsplit=("draws without replacement", None))
   if isinstance(a, (int, np.integer)):  # static: jax.random.choice needs it
     return draw("choice", key, _choice_int, (p,), _shape(size), None,
-                replace=replace, axis=axis, a=int(a))
+                spec=spec, ranks=(SHARED,), replace=replace, axis=axis,
+                a=int(a), **rule)
   return draw("choice", key, _choice_array, (a, p), _shape(size), None,
-              replace=replace, axis=axis)
+              spec=spec, ranks=(SHARED, SHARED), replace=replace, axis=axis,
+              **rule)
 
 
 def _choice_array(key, a, p, *, shape, dtype, replace, axis):
@@ -203,8 +198,18 @@ def _choice_int(key, p, *, shape, dtype, replace, axis, a):
   return jax.random.choice(key, a, shape, replace, p, axis)
 
 
-def permutation(x, axis: int = 0, independent: bool = False, key: Any = None):
+def _sort_keys(key, *, shape, dtype):
+  return tuple(jax.random.bits(jax.random.fold_in(key, r), shape)
+               for r in range(2))
+
+
+def permutation(x, axis: int = 0, independent: bool = False, key: Any = None,
+                spec: Any = None):
   """A permuted copy of ``x`` (or of ``arange(x)`` for an int).
+
+  Inside ``bs.shard_map`` ``x`` is this shard's block and ``spec=`` its
+  layout; the permuted ``axis`` must be whole on every shard (the default
+  spec splits axis 0: pass ``spec=P()`` to permute a replicated ``x``).
 
   Example:
     >>> import brainshard as bs
@@ -213,11 +218,26 @@ def permutation(x, axis: int = 0, independent: bool = False, key: Any = None):
   """
   if isinstance(x, (int, np.integer)):
     x = np.arange(int(x))
-  return draw("permutation", key, _permutation, (x,), (), None, axis=axis,
-              independent=independent)
+  x = jnp.asarray(x)
+  axis = axis % max(x.ndim, 1)
+  rule = ("permutes", (axis,))
+  if not independent:
+    return draw("permutation", key, _permutation, (x,), x.shape, None,
+                spec=spec, ranks=(SHARED,), unsplit=rule, blocked=False,
+                axis=axis)
+  # Each slice along ``axis`` its own order: sort keys are bits at x's
+  # shape, so every shard's keys are its block of the unsharded ones.
+  for bits in draw("permutation", key, _sort_keys, (), x.shape, None,
+                   spec=spec, unsplit=rule):
+    x = jax.lax.sort_key_val(bits, x, axis)[1]
+  return x
 
 
-def shuffle(x, axis: int = 0, key: Any = None):
+def _permutation(key, x, *, shape, dtype, axis):
+  return jax.random.permutation(key, x, axis)
+
+
+def shuffle(x, axis: int = 0, key: Any = None, spec: Any = None):
   """``x`` shuffled along ``axis``, returned (JAX arrays cannot be shuffled
   in place as ``numpy.random.shuffle`` does).
 
@@ -226,14 +246,15 @@ def shuffle(x, axis: int = 0, key: Any = None):
     >>> sorted(bs.random.shuffle(jnp.arange(4)).tolist())
     [0, 1, 2, 3]
   """
-  return permutation(x, axis=axis, key=key)
+  return permutation(x, axis=axis, key=key, spec=spec)
 
 
 # ----------------------------------------------------------------------------
 # Discrete distributions
 
 
-def binomial(n, p, size: Size = None, key: Any = None, dtype: Any = None):
+def binomial(n, p, size: Size = None, key: Any = None, dtype: Any = None,
+             spec: Any = None):
   """Successes in ``n`` trials of probability ``p``.
 
   Example:
@@ -241,10 +262,12 @@ def binomial(n, p, size: Size = None, key: Any = None, dtype: Any = None):
     >>> bs.random.binomial(10, 0.5, size=3).dtype
     dtype('int32')
   """
-  return draw("binomial", key, _binomial, (n, p), _shape(size, n, p), _int(dtype))
+  return draw("binomial", key, _binomial, (n, p), _shape(size, n, p),
+              _int(dtype), spec=spec)
 
 
-def multinomial(n, pvals, size: Size = None, key: Any = None, dtype: Any = None):
+def multinomial(n, pvals, size: Size = None, key: Any = None, dtype: Any = None,
+                spec: Any = None):
   """Counts of shape ``size + (k,)`` over ``k`` outcomes summing to ``n``.
 
   Example:
@@ -256,11 +279,12 @@ def multinomial(n, pvals, size: Size = None, key: Any = None, dtype: Any = None)
   k = np.shape(pvals)[-1]
   batch = (np.broadcast_shapes(np.shape(n), np.shape(pvals)[:-1])
            if size is None else _shape(size))
-  return draw("multinomial", key, _multinomial, (n, pvals), batch + (k,),
-              _int(dtype))
+  return draw("multinomial", key, _multinomial, (n, pvals), batch, _int(dtype),
+              spec=spec, ranks=(0, 1), event=(k,))
 
 
-def categorical(logits, axis: int = -1, size: Size = None, key: Any = None):
+def categorical(logits, axis: int = -1, size: Size = None, key: Any = None,
+                spec: Any = None):
   """Indices drawn with probabilities ``softmax(logits)`` along ``axis``.
 
   Example:
@@ -268,16 +292,14 @@ def categorical(logits, axis: int = -1, size: Size = None, key: Any = None):
     >>> bs.random.categorical(jnp.zeros((4, 3))).shape
     (4,)
   """
-  if size is None:
-    shape = list(np.shape(logits))
-    shape.pop(axis)
-  else:
-    shape = _shape(size)
+  logits = jnp.moveaxis(jnp.asarray(logits), axis, -1)
+  shape = logits.shape[:-1] if size is None else _shape(size)
   return draw("categorical", key, _categorical, (logits,), tuple(shape),
-              jnp.int32, axis=axis)
+              jnp.int32, spec=spec, ranks=(1,), bits_event=logits.shape[-1:])
 
 
-def geometric(p, size: Size = None, key: Any = None, dtype: Any = None):
+def geometric(p, size: Size = None, key: Any = None, dtype: Any = None,
+              spec: Any = None):
   """Trials up to and including the first success (support 1, 2, ...).
 
   Example:
@@ -285,10 +307,12 @@ def geometric(p, size: Size = None, key: Any = None, dtype: Any = None):
     >>> bool(bs.random.geometric(0.5, size=5).min() >= 1)
     True
   """
-  return draw("geometric", key, _geometric, (p,), _shape(size, p), _int(dtype))
+  return draw("geometric", key, _geometric, (p,), _shape(size, p), _int(dtype),
+              spec=spec)
 
 
-def negative_binomial(n, p, size: Size = None, key: Any = None, dtype: Any = None):
+def negative_binomial(n, p, size: Size = None, key: Any = None,
+                      dtype: Any = None, spec: Any = None):
   """Failures before the ``n``-th success (numpy's convention), drawn
   exactly as a gamma-Poisson mixture.
 
@@ -298,11 +322,11 @@ def negative_binomial(n, p, size: Size = None, key: Any = None, dtype: Any = Non
     (2,)
   """
   return draw("negative_binomial", key, _negative_binomial, (n, p),
-              _shape(size, n, p), _int(dtype))
+              _shape(size, n, p), _int(dtype), spec=spec)
 
 
 def hypergeometric(ngood, nbad, nsample, size: Size = None, key: Any = None,
-                   dtype: Any = None):
+                   dtype: Any = None, spec: Any = None):
   """Good items among ``nsample`` drawn without replacement from ``ngood``
   good and ``nbad`` bad ones (exact; the draw loops ``max(nsample)`` steps).
 
@@ -313,7 +337,7 @@ def hypergeometric(ngood, nbad, nsample, size: Size = None, key: Any = None,
     True
   """
   return draw("hypergeometric", key, _hypergeometric, (ngood, nbad, nsample),
-              _shape(size, ngood, nbad, nsample), _int(dtype))
+              _shape(size, ngood, nbad, nsample), _int(dtype), spec=spec)
 
 
 # ----------------------------------------------------------------------------
@@ -331,9 +355,10 @@ def _method(fun):
 
 
 def _bind_methods() -> None:
-  from brainshard._simulation import random_samplers
+  from brainshard._simulation import random_draw, random_samplers
   from brainshard._simulation.random import RandomState
-  for module in (random_samplers, __import__(__name__, fromlist=["_"])):
+  for module in (random_draw, random_samplers,
+                 __import__(__name__, fromlist=["_"])):
     for name in module.__all__:
       if name != "draw" and not hasattr(RandomState, name):
         setattr(RandomState, name, _method(getattr(module, name)))

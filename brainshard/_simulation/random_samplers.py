@@ -1,14 +1,14 @@
 """The NumPy-style samplers of :mod:`brainshard.random`, on one draw path.
 
 Every sampler here is a pure function ``raw(key, *params, shape, dtype,
-...)`` of a key and its parameters, and :func:`draw` runs it: it takes the
-key exactly as the core draws do (``random._key``: split off the
-RandomState under ``SLOT_LOCK``, folded with the shard / vmap-member index)
-and calls the sampler through one ``jax.jit`` keyed by the sampler, shape,
-dtype and options, so an eager draw compiles once per kind and shape and a
-traced draw is inlined. A new sampler is a raw function and a few lines of
-argument conventions (``numpy.random``'s names, brainstate's ``None``
-defaults).
+...)`` of a key and its parameters, and ``random_draw.draw`` runs it, so
+that inside ``bs.shard_map`` it draws its block of the unsharded draw
+(``spec=``). A raw sampler uses its key only through jax.random's
+closed-form samplers at ``shape`` (elementwise in the global index) or
+through ``random_blocks.per_element`` (one key per element, for samplers
+that reject: gamma, beta, chisquare, t, dirichlet). A new sampler is a raw
+function and a few lines of argument conventions (``numpy.random``'s
+names, brainstate's ``None`` defaults).
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from brainshard._core import compat
-from brainshard._simulation.random import Size, _float_dtype, _key, _shape
+from brainshard._simulation.random import Size, _float_dtype, _shape
+from brainshard._simulation.random_blocks import element_keys, per_element
+from brainshard._simulation.random_draw import draw
 
 __all__ = [
     "draw", "standard_normal", "standard_exponential", "standard_gamma",
@@ -31,46 +32,15 @@ __all__ = [
 ]
 
 
-@functools.partial(jax.jit, static_argnames=("fn", "shape", "dtype", "opts"))
-def _run(key, *params, fn, shape, dtype, opts):
-  params = jax.tree.map(functools.partial(_like_key, key, dtype), params)
-  return fn(key, *params, shape=shape, dtype=dtype, **dict(opts))
-
-
-def _like_key(key, dtype, x):
-  """A parameter in the draw's float dtype (jax.random refuses to narrow),
-  varying over the mesh axes the per-shard key varies over: inside
-  ``shard_map`` jax.random's own loops (binomial's) need one carry type."""
-  if dtype is not None and jnp.issubdtype(dtype, jnp.floating) and \
-      jnp.issubdtype(x.dtype, jnp.floating):
-    x = x.astype(dtype)
-  missing = compat.varying_axes(jax.typeof(key)) - compat.varying_axes(
-      jax.typeof(x))
-  if missing:
-    x = jax.lax.pcast(x, tuple(sorted(missing)), to="varying")
-  return x
-
-
-def draw(where: str, key: Any, fn, params: tuple, shape: tuple[int, ...],
-         dtype: Any, **opts: Any) -> jax.Array:
-  """Runs sampler ``fn`` on the key a draw uses (see the module docstring).
-
-  ``opts`` are static (hashable) options of the sampler.
-  """
-  dtype = None if dtype is None else jnp.dtype(dtype)
-  return _run(_key(key, where), *params, fn=fn, shape=tuple(shape),
-              dtype=dtype, opts=tuple(sorted(opts.items())))
-
-
 def _or(x, default):
   """brainstate spells a default parameter ``None``."""
   return default if x is None else x
 
 
-def _fdraw(where, key, fn, params, size: Size, dtype, **opts):
+def _fdraw(where, key, fn, params, size: Size, dtype, spec, **opts):
   """A float draw whose shape (``size=None``) broadcasts ``params``."""
   return draw(where, key, fn, params, _shape(size, *params),
-              _float_dtype(dtype, *params), **opts)
+              _float_dtype(dtype, *params), spec=spec, **opts)
 
 
 # ----------------------------------------------------------------------------
@@ -82,19 +52,24 @@ def _loc_scale(key, loc, scale, *, shape, dtype, std):
 
 
 def _gamma(key, a, scale, *, shape, dtype):
-  return (jax.random.gamma(key, a, shape, dtype) * scale).astype(dtype)
+  g = per_element(lambda k, a: jax.random.gamma(k, a, (), dtype), key, (a,),
+                  shape)
+  return (g * scale).astype(dtype)
 
 
 def _beta(key, a, b, *, shape, dtype):
-  return jax.random.beta(key, a, b, shape, dtype)
+  return per_element(lambda k, a, b: jax.random.beta(k, a, b, (), dtype), key,
+                     (a, b), shape)
 
 
 def _chisquare(key, df, *, shape, dtype):
-  return jax.random.chisquare(key, df, shape, dtype)
+  return per_element(lambda k, df: jax.random.chisquare(k, df, (), dtype), key,
+                     (df,), shape)
 
 
 def _t(key, df, *, shape, dtype):
-  return jax.random.t(key, df, shape, dtype)
+  return per_element(lambda k, df: jax.random.t(k, df, (), dtype), key, (df,),
+                     shape)
 
 
 def _lognormal(key, mean, sigma, *, shape, dtype):
@@ -121,7 +96,12 @@ def _mvn(key, mean, cov, *, shape, dtype, method):
 
 
 def _dirichlet(key, alpha, *, shape, dtype):
-  return jax.random.dirichlet(key, alpha, shape, dtype)
+  keys = element_keys(key, shape)
+  alpha = jnp.broadcast_to(alpha, shape + alpha.shape[-1:])
+  one = lambda k, a: jax.random.dirichlet(k, a, (), dtype)
+  for _ in shape:
+    one = jax.vmap(one)
+  return one(keys, alpha)
 
 
 def _cauchy(key, shape, dtype):
@@ -132,7 +112,8 @@ def _cauchy(key, shape, dtype):
 # Continuous distributions (numpy.random's names and argument order)
 
 
-def standard_normal(size: Size = None, key: Any = None, dtype: Any = None):
+def standard_normal(size: Size = None, key: Any = None, dtype: Any = None,
+                    spec: Any = None):
   """Standard normal samples (``numpy.random.standard_normal``).
 
   Example:
@@ -140,11 +121,12 @@ def standard_normal(size: Size = None, key: Any = None, dtype: Any = None):
     >>> bs.random.standard_normal(size=(2, 3)).shape
     (2, 3)
   """
-  return _fdraw("standard_normal", key, _loc_scale, (0.0, 1.0), size, dtype,
+  return _fdraw("standard_normal", key, _loc_scale, (0.0, 1.0), size, dtype, spec,
                 std=jax.random.normal)
 
 
-def standard_exponential(size: Size = None, key: Any = None, dtype: Any = None):
+def standard_exponential(size: Size = None, key: Any = None, dtype: Any = None,
+                         spec: Any = None):
   """Exponential samples with scale 1.
 
   Example:
@@ -153,10 +135,11 @@ def standard_exponential(size: Size = None, key: Any = None, dtype: Any = None):
     True
   """
   return _fdraw("standard_exponential", key, _loc_scale, (0.0, 1.0), size,
-                dtype, std=jax.random.exponential)
+                dtype, spec, std=jax.random.exponential)
 
 
-def standard_cauchy(size: Size = None, key: Any = None, dtype: Any = None):
+def standard_cauchy(size: Size = None, key: Any = None, dtype: Any = None,
+                    spec: Any = None):
   """Cauchy samples with location 0 and scale 1.
 
   Example:
@@ -164,11 +147,12 @@ def standard_cauchy(size: Size = None, key: Any = None, dtype: Any = None):
     >>> bs.random.standard_cauchy(size=3).shape
     (3,)
   """
-  return _fdraw("standard_cauchy", key, _loc_scale, (0.0, 1.0), size, dtype,
+  return _fdraw("standard_cauchy", key, _loc_scale, (0.0, 1.0), size, dtype, spec,
                 std=_cauchy)
 
 
-def exponential(scale=1.0, size: Size = None, key: Any = None, dtype: Any = None):
+def exponential(scale=1.0, size: Size = None, key: Any = None, dtype: Any = None,
+                spec: Any = None):
   """Exponential samples with mean ``scale`` (numpy's parameter, not a rate).
 
   Example:
@@ -177,11 +161,11 @@ def exponential(scale=1.0, size: Size = None, key: Any = None, dtype: Any = None
     (3,)
   """
   return _fdraw("exponential", key, _loc_scale, (0.0, _or(scale, 1.0)), size,
-                dtype, std=jax.random.exponential)
+                dtype, spec, std=jax.random.exponential)
 
 
 def laplace(loc=0.0, scale=1.0, size: Size = None, key: Any = None,
-            dtype: Any = None):
+            dtype: Any = None, spec: Any = None):
   """Laplace (double exponential) samples.
 
   Example:
@@ -190,11 +174,11 @@ def laplace(loc=0.0, scale=1.0, size: Size = None, key: Any = None,
     (2,)
   """
   return _fdraw("laplace", key, _loc_scale, (_or(loc, 0.0), _or(scale, 1.0)),
-                size, dtype, std=jax.random.laplace)
+                size, dtype, spec, std=jax.random.laplace)
 
 
 def logistic(loc=0.0, scale=1.0, size: Size = None, key: Any = None,
-             dtype: Any = None):
+             dtype: Any = None, spec: Any = None):
   """Logistic samples.
 
   Example:
@@ -203,11 +187,11 @@ def logistic(loc=0.0, scale=1.0, size: Size = None, key: Any = None,
     (2,)
   """
   return _fdraw("logistic", key, _loc_scale, (_or(loc, 0.0), _or(scale, 1.0)),
-                size, dtype, std=jax.random.logistic)
+                size, dtype, spec, std=jax.random.logistic)
 
 
 def gumbel(loc=0.0, scale=1.0, size: Size = None, key: Any = None,
-           dtype: Any = None):
+           dtype: Any = None, spec: Any = None):
   """Gumbel (type I extreme value) samples.
 
   Example:
@@ -216,11 +200,11 @@ def gumbel(loc=0.0, scale=1.0, size: Size = None, key: Any = None,
     (2,)
   """
   return _fdraw("gumbel", key, _loc_scale, (_or(loc, 0.0), _or(scale, 1.0)),
-                size, dtype, std=jax.random.gumbel)
+                size, dtype, spec, std=jax.random.gumbel)
 
 
 def gamma(shape, scale=1.0, size: Size = None, key: Any = None,
-          dtype: Any = None):
+          dtype: Any = None, spec: Any = None):
   """Gamma samples with shape ``shape`` and scale ``scale`` (numpy's order).
 
   Example:
@@ -228,10 +212,11 @@ def gamma(shape, scale=1.0, size: Size = None, key: Any = None,
     >>> bs.random.gamma(2.0, 0.5, size=(2, 2)).shape
     (2, 2)
   """
-  return _fdraw("gamma", key, _gamma, (shape, _or(scale, 1.0)), size, dtype)
+  return _fdraw("gamma", key, _gamma, (shape, _or(scale, 1.0)), size, dtype, spec)
 
 
-def standard_gamma(shape, size: Size = None, key: Any = None, dtype: Any = None):
+def standard_gamma(shape, size: Size = None, key: Any = None, dtype: Any = None,
+                   spec: Any = None):
   """Gamma samples with scale 1.
 
   Example:
@@ -239,10 +224,11 @@ def standard_gamma(shape, size: Size = None, key: Any = None, dtype: Any = None)
     >>> bs.random.standard_gamma(3.0, size=2).shape
     (2,)
   """
-  return _fdraw("standard_gamma", key, _gamma, (shape, 1.0), size, dtype)
+  return _fdraw("standard_gamma", key, _gamma, (shape, 1.0), size, dtype, spec)
 
 
-def beta(a, b, size: Size = None, key: Any = None, dtype: Any = None):
+def beta(a, b, size: Size = None, key: Any = None, dtype: Any = None,
+         spec: Any = None):
   """Beta samples on ``[0, 1]``.
 
   Example:
@@ -250,10 +236,11 @@ def beta(a, b, size: Size = None, key: Any = None, dtype: Any = None):
     >>> bs.random.beta(2.0, 3.0, size=3).shape
     (3,)
   """
-  return _fdraw("beta", key, _beta, (a, b), size, dtype)
+  return _fdraw("beta", key, _beta, (a, b), size, dtype, spec)
 
 
-def chisquare(df, size: Size = None, key: Any = None, dtype: Any = None):
+def chisquare(df, size: Size = None, key: Any = None, dtype: Any = None,
+              spec: Any = None):
   """Chi-square samples with ``df`` degrees of freedom.
 
   Example:
@@ -261,10 +248,11 @@ def chisquare(df, size: Size = None, key: Any = None, dtype: Any = None):
     >>> bs.random.chisquare(4.0, size=2).shape
     (2,)
   """
-  return _fdraw("chisquare", key, _chisquare, (df,), size, dtype)
+  return _fdraw("chisquare", key, _chisquare, (df,), size, dtype, spec)
 
 
-def standard_t(df, size: Size = None, key: Any = None, dtype: Any = None):
+def standard_t(df, size: Size = None, key: Any = None, dtype: Any = None,
+               spec: Any = None):
   """Student's t samples with ``df`` degrees of freedom.
 
   Example:
@@ -272,11 +260,11 @@ def standard_t(df, size: Size = None, key: Any = None, dtype: Any = None):
     >>> bs.random.standard_t(5.0, size=2).shape
     (2,)
   """
-  return _fdraw("standard_t", key, _t, (df,), size, dtype)
+  return _fdraw("standard_t", key, _t, (df,), size, dtype, spec)
 
 
 def lognormal(mean=0.0, sigma=1.0, size: Size = None, key: Any = None,
-              dtype: Any = None):
+              dtype: Any = None, spec: Any = None):
   """``exp`` of normal samples with mean ``mean`` and std ``sigma``.
 
   Example:
@@ -285,10 +273,11 @@ def lognormal(mean=0.0, sigma=1.0, size: Size = None, key: Any = None,
     True
   """
   return _fdraw("lognormal", key, _lognormal, (_or(mean, 0.0), _or(sigma, 1.0)),
-                size, dtype)
+                size, dtype, spec)
 
 
-def pareto(a, size: Size = None, key: Any = None, dtype: Any = None):
+def pareto(a, size: Size = None, key: Any = None, dtype: Any = None,
+           spec: Any = None):
   """Pareto II (Lomax) samples on ``[0, inf)``, as ``numpy.random.pareto``.
 
   (``jax.random.pareto`` and brainstate's ``pareto`` are on ``[1, inf)``:
@@ -299,10 +288,11 @@ def pareto(a, size: Size = None, key: Any = None, dtype: Any = None):
     >>> bool(bs.random.pareto(3.0, size=4).min() >= 0)
     True
   """
-  return _fdraw("pareto", key, _lomax, (a,), size, dtype)
+  return _fdraw("pareto", key, _lomax, (a,), size, dtype, spec)
 
 
-def weibull(a, size: Size = None, key: Any = None, dtype: Any = None):
+def weibull(a, size: Size = None, key: Any = None, dtype: Any = None,
+            spec: Any = None):
   """Weibull samples with shape ``a`` and scale 1.
 
   Example:
@@ -310,11 +300,11 @@ def weibull(a, size: Size = None, key: Any = None, dtype: Any = None):
     >>> bs.random.weibull(1.5, size=2).shape
     (2,)
   """
-  return _fdraw("weibull", key, _weibull, (a,), size, dtype)
+  return _fdraw("weibull", key, _weibull, (a,), size, dtype, spec)
 
 
 def truncated_normal(lower, upper, size: Size = None, loc=0.0, scale=1.0,
-                     key: Any = None, dtype: Any = None):
+                     key: Any = None, dtype: Any = None, spec: Any = None):
   """Normal(``loc``, ``scale``) samples conditioned on ``[lower, upper]``.
 
   ``lower`` and ``upper`` are in the samples' units (brainstate's order).
@@ -326,11 +316,11 @@ def truncated_normal(lower, upper, size: Size = None, loc=0.0, scale=1.0,
     True
   """
   return _fdraw("truncated_normal", key, _truncated_normal,
-                (lower, upper, _or(loc, 0.0), _or(scale, 1.0)), size, dtype)
+                (lower, upper, _or(loc, 0.0), _or(scale, 1.0)), size, dtype, spec)
 
 
 def multivariate_normal(mean, cov, size: Size = None, method: str = "cholesky",
-                        key: Any = None, dtype: Any = None):
+                        key: Any = None, dtype: Any = None, spec: Any = None):
   """Samples of shape ``size + (d,)`` from N(``mean``, ``cov``).
 
   ``method``: ``'cholesky'``, ``'eigh'`` or ``'svd'`` (as jax.random's).
@@ -344,11 +334,14 @@ def multivariate_normal(mean, cov, size: Size = None, method: str = "cholesky",
     batch = np.broadcast_shapes(np.shape(mean)[:-1], np.shape(cov)[:-2])
   else:
     batch = _shape(size)
+  d = np.shape(mean)[-1]
   return draw("multivariate_normal", key, _mvn, (mean, cov), batch,
-              _float_dtype(dtype, mean, cov), method=method)
+              _float_dtype(dtype, mean, cov), spec=spec, ranks=(1, 2),
+              event=(d,), bits_event=(d,), method=method)
 
 
-def dirichlet(alpha, size: Size = None, key: Any = None, dtype: Any = None):
+def dirichlet(alpha, size: Size = None, key: Any = None, dtype: Any = None,
+              spec: Any = None):
   """Samples of shape ``size + (k,)`` on the simplex, for ``k`` weights.
 
   Example:
@@ -359,4 +352,5 @@ def dirichlet(alpha, size: Size = None, key: Any = None, dtype: Any = None):
   """
   batch = np.shape(alpha)[:-1] if size is None else _shape(size)
   return draw("dirichlet", key, _dirichlet, (alpha,), batch,
-              _float_dtype(dtype, alpha))
+              _float_dtype(dtype, alpha), spec=spec, ranks=(1,),
+              event=np.shape(alpha)[-1:])
