@@ -23,7 +23,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["unit_keys", "bits", "uniform", "normal", "randint", "mulhi"]
+__all__ = ["unit_keys", "bits", "sub_keys", "uniform", "normal", "randint", "mulhi"]
 
 _U = jnp.uint32
 
@@ -42,14 +42,26 @@ def unit_keys(key: jax.Array, ids: jax.Array) -> jax.Array:
   return jax.random.key_data(keys)
 
 
-def bits(keys: jax.Array, width: int, stream: int, attempt=0) -> jax.Array:
-  """uint32 ``[G, width]``: slot ``j`` of each unit's ``stream``."""
-  k0, k1 = keys[:, :1], keys[:, 1:]
+def _mix(slots, k0, k1, stream, attempt):
   salt = _U(stream) * _U(0x632BE5AB) + jnp.asarray(attempt, _U) * _U(
       0x9E3779B9)
-  h = _fmix(jnp.arange(width, dtype=_U)[None, :] ^ k0)
+  h = _fmix(slots ^ k0)
   h = _fmix(h ^ k1 ^ salt)
   return _fmix(h + k0)
+
+
+def bits(keys: jax.Array, width: int, stream: int, attempt=0) -> jax.Array:
+  """uint32 ``[G, width]``: slot ``j`` of each unit's ``stream``."""
+  return _mix(jnp.arange(width, dtype=_U)[None, :], keys[:, :1], keys[:, 1:],
+              stream, attempt)
+
+
+def sub_keys(key: jax.Array, ids: jax.Array, stream: int) -> jax.Array:
+  """uint32 ``[len(ids), 2]``: keys for ``ids`` under one unit key
+  ``key`` (uint32 ``[2]``), by hashing only (no threefry)."""
+  ids = ids.astype(_U)
+  return jnp.stack([_mix(ids, key[0], key[1], stream, 0),
+                    _mix(ids, key[0], key[1], stream, 1)], axis=1)
 
 
 def uniform(keys, width, stream, attempt=0):

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from brainshard._models import counter
 
 __all__ = ["Normal", "Uniform", "Distribution", "sample", "check_value",
-           "with_lower", "MAX_REDRAWS"]
+           "with_lower", "encode", "sample_encoded", "MAX_REDRAWS"]
 
 # A value is redrawn at most this many times; check_value refuses bounds that
 # keep under MIN_ACCEPT of the mass, so a value is still out of bounds after
@@ -49,10 +49,6 @@ class Normal:
   lower: float = -math.inf
   upper: float = math.inf
 
-  def draw(self, keys, width, stream, attempt):
-    z = counter.normal(keys, width, stream, attempt)
-    return jnp.float32(self.mean) + jnp.float32(self.std) * z
-
   def accept_fraction(self) -> float:
     def cdf(x):
       if self.std == 0:
@@ -69,10 +65,6 @@ class Uniform:
   high: float
   lower: float = -math.inf
   upper: float = math.inf
-
-  def draw(self, keys, width, stream, attempt):
-    u = counter.uniform(keys, width, stream, attempt)
-    return jnp.float32(self.low) + jnp.float32(self.high - self.low) * u
 
   def accept_fraction(self) -> float:
     lo, hi = max(self.low, self.lower), min(self.high, self.upper)
@@ -114,6 +106,44 @@ def with_lower(value: Any, lower: float) -> Any:
   return value
 
 
+def encode(value: Any) -> tuple[str, tuple[float, float, float, float]]:
+  """``(family, params)``: values of one family share compiled code, their
+  four parameters travel as data."""
+  if isinstance(value, Normal):
+    return "normal", (value.mean, value.std, value.lower, value.upper)
+  if isinstance(value, Uniform):
+    return "uniform", (value.low, value.high, value.lower, value.upper)
+  return "const", (float(value), 0.0, -math.inf, math.inf)
+
+
+def sample_encoded(family: str, params: jax.Array, keys: jax.Array,
+                   width: int, stream: int) -> jax.Array:
+  """:func:`sample` of the value ``encode`` gave ``(family, params)``;
+  ``params`` (float32 ``[4]``) may be traced."""
+  shape = (keys.shape[0], width)
+  if family == "const":
+    return jnp.full(shape, params[0], jnp.float32)
+  a, b, lo, hi = params[0], params[1], params[2], params[3]
+
+  def draw(attempt):
+    if family == "normal":
+      return a + b * counter.normal(keys, width, stream, attempt)
+    return a + (b - a) * counter.uniform(keys, width, stream, attempt)
+
+  def bad(x):
+    return (x < lo) | (x > hi)
+
+  def cond(carry):
+    k, x = carry
+    return (k < MAX_REDRAWS) & bad(x).any()
+
+  def body(carry):
+    k, x = carry
+    return k + 1, jnp.where(bad(x), draw(k), x)
+
+  return jax.lax.while_loop(cond, body, (jnp.int32(1), draw(0)))[1]
+
+
 def sample(value: Any, keys: jax.Array, width: int, stream: int) -> jax.Array:
   """float32 ``[G, width]`` draws of ``value`` (a number or a distribution)
   for the units ``keys`` (uint32 ``[G, 2]``, see ``counter.unit_keys``).
@@ -122,23 +152,6 @@ def sample(value: Any, keys: jax.Array, width: int, stream: int) -> jax.Array:
   each slot's value depends only on its unit's key and its slot, never on
   the other units drawn with it.
   """
-  shape = (keys.shape[0], width)
-  if not isinstance(value, (Normal, Uniform)):
-    return jnp.full(shape, value, jnp.float32)
-  lo, hi = jnp.float32(value.lower), jnp.float32(value.upper)
-  x = value.draw(keys, width, stream, 0)
-  if value.lower == -math.inf and value.upper == math.inf:
-    return x
-
-  def bad(x):
-    return (x < lo) | (x > hi)
-
-  def cond(carry):
-    a, x = carry
-    return (a < MAX_REDRAWS) & bad(x).any()
-
-  def body(carry):
-    a, x = carry
-    return a + 1, jnp.where(bad(x), value.draw(keys, width, stream, a), x)
-
-  return jax.lax.while_loop(cond, body, (jnp.int32(1), x))[1]
+  family, params = encode(value)
+  return sample_encoded(family, jnp.asarray(params, jnp.float32), keys,
+                        width, stream)

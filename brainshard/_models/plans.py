@@ -25,10 +25,13 @@ Example (a shard holding targets [0, 4) of a 4-neuron population):
 
 from __future__ import annotations
 
+import copy
+
 import jax
 import jax.numpy as jnp
 
-from brainshard._models.counter import randint, uniform, unit_keys
+from brainshard._models.counter import (
+    normal, randint, sub_keys, uniform, unit_keys)
 
 __all__ = ["InDegreePlan", "OutDegreePlan", "BernoulliPlan", "TotalPlan",
            "ExplicitPlan", "CHUNK", "BLOCK", "SLOTS"]
@@ -46,15 +49,35 @@ def _excluding(lo, n, keys, width, stream, own, autapses):
   return jnp.where(inside[:, None] & (r >= own[:, None]), r + 1, r)
 
 
-class _TargetUnits:
-  """Units are the shard's targets in ``post`` (one unit per target)."""
+class _Plan:
+  """Shared by the plans: ``pre``/``post`` (global id ranges), ``n`` (the
+  rule's count) and ``p`` may be Python numbers or traced scalars
+  (:meth:`bind`), so projections that differ only in them share one
+  compiled loop; ``W``, ``G``, ``autapses`` and ``key`` are static."""
 
-  def __init__(self, pre, post, width):
+  def __init__(self, rule, pre, post, width):
     self.pre, self.post, self.W = pre, post, width
     self.G = max(1, CHUNK // max(width, 1))
+    self.autapses = getattr(rule, "autapses", True)
+    self.n = getattr(rule, "n", getattr(rule, "k", 0))
+    self.p = getattr(rule, "p", 0.0)
+
+  @property
+  def key(self):
+    """Plans with equal keys can share one compiled loop."""
+    return (type(self), self.W, self.autapses)
+
+  def bind(self, pre, post, n, p):
+    out = copy.copy(self)
+    out.pre, out.post, out.n, out.p = pre, post, n, p
+    return out
 
   def prepare(self, key, arrays=None):
     return None
+
+
+class _TargetUnits(_Plan):
+  """Units are the shard's targets in ``post`` (one unit per target)."""
 
   def n_units(self, aux, lo, hi):
     return jnp.maximum(jnp.minimum(self.post[1], hi) -
@@ -71,14 +94,13 @@ class InDegreePlan(_TargetUnits):
   """FixedInDegree: unit = target, ``k`` uniform sources."""
 
   def __init__(self, rule, pre, post):
-    super().__init__(pre, post, rule.k)
-    self.rule = rule
+    super().__init__(rule, pre, post, rule.k)
 
   def units(self, i, aux, key, lo, hi):
     t, okt = self._targets(i, lo, hi)
     keys = unit_keys(key, t - self.post[0])
     n = self.pre[1] - self.pre[0]
-    pre = _excluding(self.pre[0], n, keys, self.W, 0, t, self.rule.autapses)
+    pre = _excluding(self.pre[0], n, keys, self.W, 0, t, self.autapses)
     post = jnp.broadcast_to(t[:, None], pre.shape)
     return keys, pre, post, jnp.broadcast_to(okt[:, None], pre.shape)
 
@@ -87,8 +109,7 @@ class BernoulliPlan(_TargetUnits):
   """PairwiseBernoulli: unit = target, one draw per source (dense)."""
 
   def __init__(self, rule, pre, post):
-    super().__init__(pre, post, pre[1] - pre[0])
-    self.rule = rule
+    super().__init__(rule, pre, post, pre[1] - pre[0])
 
   def units(self, i, aux, key, lo, hi):
     t, okt = self._targets(i, lo, hi)
@@ -96,25 +117,21 @@ class BernoulliPlan(_TargetUnits):
     u = uniform(keys, self.W, 0)
     pre = self.pre[0] + jnp.broadcast_to(
         jnp.arange(self.W, dtype=jnp.int32), u.shape)
-    ok = okt[:, None] & (u < self.rule.p)
-    if not self.rule.autapses:
+    ok = okt[:, None] & (u < self.p)
+    if not self.autapses:
       ok = ok & (pre != t[:, None])
     return keys, pre, jnp.broadcast_to(t[:, None], pre.shape), ok
 
 
-class OutDegreePlan:
+class OutDegreePlan(_Plan):
   """FixedOutDegree: unit = source, ``k`` uniform targets. Every shard
   visits every source (it cannot know in advance which reach it)."""
 
   def __init__(self, rule, pre, post):
-    self.rule, self.pre, self.post, self.W = rule, pre, post, rule.k
-    self.G = max(1, CHUNK // max(rule.k, 1))
-
-  def prepare(self, key, arrays=None):
-    return None
+    super().__init__(rule, pre, post, rule.k)
 
   def n_units(self, aux, lo, hi):
-    return jnp.int32(self.pre[1] - self.pre[0])
+    return jnp.asarray(self.pre[1] - self.pre[0], jnp.int32)
 
   def units(self, i, aux, key, lo, hi):
     j = self.pre[0] + i * self.G + jnp.arange(self.G, dtype=jnp.int32)
@@ -122,47 +139,73 @@ class OutDegreePlan:
     j = jnp.where(okj, j, self.pre[0])
     keys = unit_keys(key, j - self.pre[0])
     n = self.post[1] - self.post[0]
-    post = _excluding(self.post[0], n, keys, self.W, 1, j, self.rule.autapses)
+    post = _excluding(self.post[0], n, keys, self.W, 1, j, self.autapses)
     pre = jnp.broadcast_to(j[:, None], post.shape)
     return keys, pre, post, jnp.broadcast_to(okj[:, None], post.shape)
 
 
-class TotalPlan:
+EXACT = 64  # binomial splits of at most this many synapses are exact
+
+
+def _split(m, p, keys):
+  """Binomial(m, p) per node: exact (a sum of Bernoulli draws) for
+  ``m <= EXACT``, else the normal approximation, rounded and clipped to
+  ``[0, m]`` (its error is O(1/sqrt(m p (1-p))) in the split's CDF)."""
+  u = uniform(keys, EXACT, 0)
+  lanes = jnp.arange(EXACT, dtype=jnp.int32)
+  small = ((u < p[:, None]) & (lanes < m[:, None])).sum(1, dtype=jnp.int32)
+  mf = m.astype(jnp.float32)
+  z = normal(keys, 1, 1)[:, 0]
+  big = jnp.round(mf * p + jnp.sqrt(mf * p * (1 - p)) * z)
+  big = jnp.clip(big, 0, mf).astype(jnp.int32)
+  return jnp.where(m <= EXACT, small, big)
+
+
+class TotalPlan(_Plan):
   """FixedTotalNumber: the total is split over a binary tree of target
   ranges (leaves: blocks of ``BLOCK`` targets) by binomial draws keyed on
-  the node, so every shard computes the same per-block counts; a block's
+  the node (:func:`_split`), so every shard computes the same per-block
+  counts; a block's
   ``m`` synapses come in units of ``SLOTS`` (uniform target in the block,
   uniform source). A shard generates only the blocks that touch it."""
 
   def __init__(self, rule, pre, post):
-    self.rule, self.pre, self.post, self.W = rule, pre, post, SLOTS
-    self.G = max(1, CHUNK // SLOTS)
-    self.n_post = post[1] - post[0]
-    self.n_blocks = max(1, -(-self.n_post // BLOCK))
-    self.depth = (self.n_blocks - 1).bit_length()
+    super().__init__(rule, pre, post, SLOTS)
+    self.n_blocks = max(1, -(-(post[1] - post[0]) // BLOCK))
+
+  @property
+  def depth(self):
+    return (self.n_blocks - 1).bit_length()
 
   def _size(self, first_block, n_blocks):
     """Real targets in blocks ``[first, first + n)``."""
-    lo = jnp.minimum(first_block * BLOCK, self.n_post)
-    return jnp.minimum((first_block + n_blocks) * BLOCK, self.n_post) - lo
+    n_post = self.post[1] - self.post[0]
+    lo = jnp.minimum(first_block * BLOCK, n_post)
+    return jnp.minimum((first_block + n_blocks) * BLOCK, n_post) - lo
 
   def prepare(self, key, arrays=None):
     """Per-block counts [n_blocks] and their exclusive/inclusive cumsums
-    of units. The same arithmetic on every shard and any mesh."""
-    tree = jax.random.fold_in(key, 0xFFFFFFFF)  # not a unit id (< 2**31)
-    m = jnp.full((1,), self.rule.n, jnp.float32)
-    for level in range(self.depth):
-      span = 1 << (self.depth - level)
-      node = jnp.arange(1 << level, dtype=jnp.int32)
-      size = self._size(node * span, span).astype(jnp.float32)
-      left = self._size(node * span, span // 2).astype(jnp.float32)
-      p = jnp.where(size > 0, left / jnp.maximum(size, 1), 0.0)
-      keys = jax.vmap(jax.random.fold_in, (None, 0))(tree, (1 << level) + node)
-      draw = jax.vmap(jax.random.binomial)(keys, m, p)
-      draw = jnp.where(p >= 1, m, jnp.where(p <= 0, 0.0, draw))
-      draw = jnp.clip(jnp.round(draw), 0, m)
-      m = jnp.stack([draw, m - draw], axis=1).reshape(-1)
-    counts = m[:self.n_blocks].astype(jnp.int32)
+    of units. The same arithmetic on every shard and any mesh: one loop
+    over the tree's levels on a fixed array of ``2**depth`` leaves, where
+    a node's count sits at its first leaf."""
+    tree = jax.random.key_data(jax.random.fold_in(key, 0xFFFFFFFF))
+    leaves = 1 << self.depth
+    j = jnp.arange(leaves, dtype=jnp.int32)
+
+    def level(lv, m):
+      span = jnp.right_shift(leaves, lv)
+      half = span // 2
+      p = (self._size(j, half).astype(jnp.float32) /
+           jnp.maximum(self._size(j, span), 1).astype(jnp.float32))
+      keys = sub_keys(tree, jnp.left_shift(1, lv) + j // span, 0)
+      left = _split(m, p, keys)
+      m_new = jnp.where(j % span == 0, left, m)
+      right = (m - left)[jnp.maximum(j - half, 0)]
+      return jnp.where(j % span == half, right, m_new)
+
+    m = jnp.zeros(leaves, jnp.int32).at[0].set(self.n)
+    m = jax.lax.fori_loop(0, self.depth, level, m)
+    counts = m[:self.n_blocks]
     units = -(-counts // SLOTS)
     incl = jnp.cumsum(units)
     return counts, incl - units, incl
@@ -198,16 +241,19 @@ class TotalPlan:
     return keys, pre, post, ok
 
 
-class ExplicitPlan:
+class ExplicitPlan(_Plan):
   """Explicit arrays: unit = ``SLOTS`` consecutive entries. The arrays
   (population-relative ids, and optional weights and delay steps) are
   replicated arguments of the shard function, handed to ``prepare``."""
 
   def __init__(self, rule, pre, post):
-    self.rule, self.pre, self.post, self.W = rule, pre, post, SLOTS
-    self.G = max(1, CHUNK // SLOTS)
+    super().__init__(rule, pre, post, SLOTS)
     self.length = int(rule.pre.size)
     self.padded = -(-max(self.length, 1) // (SLOTS * self.G)) * SLOTS * self.G
+
+  @property
+  def key(self):
+    return (type(self), id(self))  # its own arrays: never shared
 
   def prepare(self, key, arrays=None):
     return arrays  # (pre, post, weight or None, delay steps or None)
