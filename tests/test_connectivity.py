@@ -185,6 +185,7 @@ def test_explicit_synapses_are_the_given_ones(built):
   assert got == want
 
 
+@pytest.mark.slow
 def test_small_network_same_on_1_and_2_devices():
   proj = [bm.Projection('E', 'I', bm.FixedInDegree(3),
                         weight=bm.Normal(0.0, 1.0), delay=bm.Uniform(0.1, 1.0)),
@@ -193,6 +194,26 @@ def test_small_network_same_on_1_and_2_devices():
   got = by_target(bm.synapses(build(2, proj)))
   for k in want:
     np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+
+
+@pytest.mark.slow
+def test_total_number_split_tree_same_on_1_and_4_devices():
+  """1300 targets: 6 leaf blocks of 256, a tree 3 levels deep."""
+  lay = lambda s: bm.Layout({'A': 1300}, n_shards=s)
+  proj = [bm.Projection('A', 'A', bm.FixedTotalNumber(13000),
+                        weight=bm.Uniform(0.0, 1.0))]
+  tables = [by_target(bm.synapses(bm.connect(
+      proj, lay(s), dt=DT, seed=5, mesh=make_mesh((s,), ('x',)))))
+      for s in (1, 4)]
+  for k in tables[0]:
+    np.testing.assert_array_equal(tables[1][k], tables[0][k], err_msg=k)
+  c = np.bincount(tables[0]['post'], minlength=1300)
+  assert c.sum() == 13000
+  chi2 = ((c - 10) ** 2 / 10).sum()  # 1299 dof: mean 1299, sd ~51
+  assert 1299 - 250 < chi2 < 1299 + 250, chi2
+  blocks = np.add.reduceat(c, [0, 256, 512, 768, 1024, 1280])
+  sizes = np.array([256] * 5 + [20])
+  np.testing.assert_allclose(blocks / sizes, 10, rtol=0.25)
 
 
 def test_fixed_total_number_spreads_uniformly():
