@@ -11,7 +11,8 @@ and pass 2 of the build call the same code, so they see the same draws.
 Streams of a unit (``counter.bits``): 0 presynaptic ids, 1 targets,
 2 weights, 3 delays.
 
-Example (a shard holding targets [0, 4) of a 4-neuron population):
+Example (a shard holding all 4 targets of a population; a chunk has
+``G = CHUNK // k`` units, those past the shard's targets masked off):
   >>> import jax, jax.numpy as jnp
   >>> from brainshard._models.plans import InDegreePlan
   >>> from brainshard._models.rules import FixedInDegree
@@ -19,8 +20,8 @@ Example (a shard holding targets [0, 4) of a 4-neuron population):
   >>> key = jax.random.key(0)
   >>> keys, pre, post, ok = plan.units(jnp.int32(0), plan.prepare(key), key,
   ...                                  jnp.int32(10), jnp.int32(14))
-  >>> pre.shape, bool(ok[:4].all()), bool((pre < 10).all())
-  ((4, 3), True, True)
+  >>> pre.shape[1], bool(ok[:4].all()), bool(ok[4:].any()), bool((pre < 10).all())
+  (3, True, False, True)
 """
 
 from __future__ import annotations
