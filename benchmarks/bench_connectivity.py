@@ -148,7 +148,3 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print(json.dumps(row), flush=True)
     rows.append(row)
   return rows
-
-
-if __name__ == "__main__":
-  main()

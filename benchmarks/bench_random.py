@@ -12,7 +12,7 @@ closed-form samplers (normal, uniform, bernoulli, randint, exponential):
 keys; exact loops), and their ratio is reported as measured.
 
 Usage:
-  python -m benchmarks.bench_random [--devices 8] [--n 131072] [--repeats 7]
+  python -m benchmarks random [--devices 8] [--n 131072] [--repeats 7]
 """
 
 from __future__ import annotations
@@ -117,7 +117,3 @@ def main(argv=None) -> dict:
     print(f"{name:18s} old {t_old * 1e3:8.2f} ms  new {t_new * 1e3:8.2f} ms  "
           f"new/old {ratio:5.2f}", flush=True)
   return results
-
-
-if __name__ == "__main__":
-  main()

@@ -23,6 +23,15 @@ COMMANDS = {
                "statistics and speed against Brian2 (docs/scale.md)"),
     "nest": ("benchmarks.bench_nest", "the CUBA/COBA example against NEST 3 "
              "on the same network: spikes, build, speed, memory (docs/nest.md)"),
+    "connectivity": ("benchmarks.bench_connectivity", "bs.models.connect: "
+                     "build time and peak memory against the index's bytes "
+                     "(docs/models.md)"),
+    "random": ("benchmarks.bench_random", "bs.random inside and outside "
+               "bs.shard_map against the draws it replaced and jax.random "
+               "(docs/simulation.md)"),
+    "brainstate-suite": ("benchmarks.brainstate_suite.__main__", "brainstate "
+                         "0.5.4's own tests mapped onto brainshard "
+                         "(docs/migrating-from-brainstate.md)"),
     "runner": ("benchmarks.bench_runner", "a monitored bs.Runner against one "
                "bs.jit(bs.for_loop) (docs/runner.md)"),
     "for-loop": ("benchmarks.bench_for_loop", "bs.for_loop against "
