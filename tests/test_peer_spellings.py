@@ -88,8 +88,9 @@ def test_state_copy_and_replace():
   assert type(r) is bs.ParamState and r.spec == spec
   np.testing.assert_array_equal(r.value, jnp.zeros(4))
   np.testing.assert_array_equal(p.value, jnp.arange(4.0))
-  with pytest.raises(TypeError, match="another State"):
-    p.replace(c)
+  assert p.replace(c) is c   # brainstate: a State of the same type replaces
+  with pytest.raises(ValueError, match="of another type"):
+    p.replace(bs.State(jnp.zeros(4)))
   # a RandomState copy continues the same stream independently
   rng = bs.RandomState(3)
   twin = rng.copy()
