@@ -32,6 +32,7 @@ from brainshard._simulation.chunked import Chunk, ChunkedLoop
 from brainshard._simulation.monitors import RateMonitor, SpikeMonitor, StateMonitor
 from brainshard._simulation.records import RateData, Result, SpikeData, TraceData
 from brainshard._simulation.runner import Runner
+from brainshard import models  # the models layer: above everything else
 
 __version__ = "0.1.0"
 
@@ -62,4 +63,6 @@ __all__ = [
     # long runs: chunks, monitors, records
     "ChunkedLoop", "Chunk", "Runner", "SpikeMonitor", "RateMonitor",
     "StateMonitor", "Result", "SpikeData", "RateData", "TraceData",
+    # networks: populations, connectivity (bs.models.*)
+    "models",
 ]

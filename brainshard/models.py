@@ -1,15 +1,23 @@
-"""Networks on brainshard: delivery, delays, populations (``bs.models``).
-
-The delivery half of the models layer (connectivity rules live beside it):
+"""Networks on brainshard (``bs.models``): populations on one sharded axis,
+connectivity built in each target's shard, and event-driven delivery with
+per-synapse weights and delays.
 
 Example:
-  >>> import brainshard.models as models
-  >>> models.delay_steps([0.1, 0.15, 1.5], 0.1).tolist()
+  >>> import jax, brainshard as bs
+  >>> from brainshard import models as bm
+  >>> lay = bm.Layout({'E': 80, 'I': 20}, n_shards=2)
+  >>> idx = bm.connect([bm.Projection('E', 'I', bm.FixedInDegree(5))],
+  ...                  lay, dt=0.1, seed=1, mesh=jax.make_mesh((2,), ('x',)))
+  >>> int(idx.count.sum())
+  100
+  >>> bm.delay_steps([0.1, 0.15, 1.5], 0.1).tolist()
   [1, 2, 15]
 """
 
+from brainshard._models.connectivity import connect, synapses
 from brainshard._models.delivery import deliver, delay_steps, ring_length
 from brainshard._models.delivery_testing import index_from_arrays
+from brainshard._models.distributions import Normal, Uniform
 from brainshard._models.events import fired_ids, first_fired
 from brainshard._models.exchange import Delivery, block_spikes, unblock_spikes
 from brainshard._models.index import SynapseIndex
@@ -17,11 +25,20 @@ from brainshard._models.layout import Layout
 from brainshard._models.population import (
     Population, counts_to_rates, population_counts, population_ids,
     population_rates, population_values, split_spikes)
+from brainshard._models.rules import (
+    Explicit, FixedInDegree, FixedOutDegree, FixedTotalNumber,
+    PairwiseBernoulli, Projection)
 
 __all__ = [
-    "Layout", "SynapseIndex", "Delivery", "block_spikes", "unblock_spikes",
-    "deliver", "delay_steps",
-    "ring_length", "fired_ids", "first_fired", "index_from_arrays",
+    "Layout", "SynapseIndex",
+    # connectivity
+    "Projection", "FixedInDegree", "FixedOutDegree", "PairwiseBernoulli",
+    "FixedTotalNumber", "Explicit", "Normal", "Uniform", "connect",
+    "synapses", "index_from_arrays",
+    # delivery
+    "Delivery", "block_spikes", "unblock_spikes", "deliver", "delay_steps",
+    "ring_length", "fired_ids", "first_fired",
+    # populations
     "Population", "population_values", "population_ids", "split_spikes",
     "population_rates", "population_counts", "counts_to_rates",
 ]

@@ -1,0 +1,154 @@
+"""Build time and peak memory of ``bs.models.connect`` (CPU, faked devices).
+
+Each case runs in a fresh child process: the baseline is its resident set
+after importing JAX and making the mesh; the peak is the kernel's
+high-water mark (``VmHWM``) after one ``connect`` call (compilation
+included), reported above the baseline and as a multiple of the index's
+bytes (summed over shards). ``build_s`` is wall time, ``cpu_s`` the
+process's CPU time (user + system) over the call, which a loaded machine
+inflates less.
+
+Example:
+  python -c "from benchmarks.bench_connectivity import main; main()"
+  python -c "from benchmarks.bench_connectivity import main; \
+main(['--neurons', '20000', '--k', '50', '--devices', '1'])"
+  python -c "from benchmarks.bench_connectivity import main; \
+main(['--rule', 'microcircuit', '--scale', '0.1', '--k-scale', '1'])"
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+__all__ = ["main", "measure"]
+
+
+def _status(field: str) -> int:
+  """``field`` of /proc/self/status in bytes (Linux)."""
+  with open("/proc/self/status") as f:
+    for line in f:
+      if line.startswith(field + ":"):
+        return int(line.split()[1]) * 1024
+  raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+# Potjans & Diesmann (2014): full-scale sizes and connection probabilities
+# (rows: target population, columns: source), as NEST's microcircuit example.
+MC_SIZES = {"L23E": 20683, "L23I": 5834, "L4E": 21915, "L4I": 5479,
+            "L5E": 4850, "L5I": 1065, "L6E": 14395, "L6I": 2948}
+MC_P = [[0.1009, 0.1689, 0.0437, 0.0818, 0.0323, 0.0, 0.0076, 0.0],
+        [0.1346, 0.1371, 0.0316, 0.0515, 0.0755, 0.0, 0.0042, 0.0],
+        [0.0077, 0.0059, 0.0497, 0.135, 0.0067, 0.0003, 0.0453, 0.0],
+        [0.0691, 0.0029, 0.0794, 0.1597, 0.0033, 0.0, 0.1057, 0.0],
+        [0.1004, 0.0622, 0.0505, 0.0057, 0.0831, 0.3726, 0.0204, 0.0],
+        [0.0548, 0.0269, 0.0257, 0.0022, 0.06, 0.3158, 0.0086, 0.0],
+        [0.0156, 0.0066, 0.0211, 0.0166, 0.0572, 0.0197, 0.0396, 0.2252],
+        [0.0364, 0.001, 0.0034, 0.0005, 0.0277, 0.008, 0.0658, 0.1443]]
+
+
+def microcircuit(bm, scale: float, k_scale: float):
+  """The microcircuit's layout and projections (FixedTotalNumber, weights
+  and delays redrawn normals, NEST's synapse-number formula)."""
+  import math
+  sizes = {k: int(round(v * scale)) for k, v in MC_SIZES.items()}
+  names, projs = list(MC_SIZES), []
+  for i, post in enumerate(names):
+    for j, pre in enumerate(names):
+      p = MC_P[i][j]
+      if p == 0:
+        continue
+      n_pre, n_post = MC_SIZES[pre], MC_SIZES[post]
+      k_in = math.log(1 - p) / math.log(1 - 1 / (n_pre * n_post)) / n_post
+      exc = pre.endswith("E")
+      projs.append(bm.Projection(
+          pre, post, bm.FixedTotalNumber(int(round(k_in * k_scale *
+                                                   sizes[post]))),
+          weight=(bm.Normal(87.8, 8.78, lower=0.0) if exc else
+                  bm.Normal(-351.2, 35.12, upper=0.0)),
+          delay=bm.Normal(1.5, 0.75) if exc else bm.Normal(0.75, 0.375),
+          receptor=0 if exc else 1))
+  return sizes, projs
+
+
+def _child(neurons: int, k: int, devices: int, rule: str) -> dict:
+  import time
+  import jax
+  from brainshard import models as bm
+  mesh = jax.make_mesh((devices,), ("x",))
+  if rule == "microcircuit":  # neurons: scale in 1e-6 units; k: k-scale in %
+    sizes, proj = microcircuit(bm, neurons * 1e-6, k / 100)
+    return _run(bm, jax, bm.Layout(sizes, n_shards=devices), proj, mesh,
+                dict(scale=neurons * 1e-6, k_scale=k / 100, devices=devices,
+                     rule=rule))
+  lay = bm.Layout({"E": neurons * 4 // 5, "I": neurons - neurons * 4 // 5},
+                  n_shards=devices)
+  k_e = k * 4 // 5  # in-degree k: 80% from E, 20% from I
+  kinds = {"in": lambda kk: bm.FixedInDegree(kk),
+           "total": lambda kk: bm.FixedTotalNumber(neurons * kk)}
+  proj = [bm.Projection("E", (0, neurons), kinds[rule](k_e),
+                        weight=bm.Normal(0.1, 0.01, lower=0.0),
+                        delay=bm.Normal(1.5, 0.75)),
+          bm.Projection("I", (0, neurons), kinds[rule](k - k_e), weight=-0.4,
+                        delay=0.8, receptor=1)]
+  return _run(bm, jax, lay, proj, mesh,
+              dict(neurons=neurons, k=k, devices=devices, rule=rule))
+
+
+def _run(bm, jax, lay, proj, mesh, row: dict) -> dict:
+  import resource
+  import time
+  base = _status("VmRSS")
+  cpu = lambda: sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
+  t0, c0 = time.perf_counter(), cpu()
+  idx = bm.connect(proj, lay, dt=0.1, seed=0, mesh=mesh, axis="x")
+  jax.block_until_ready(idx)
+  seconds, cpu_s = time.perf_counter() - t0, cpu() - c0
+  peak = _status("VmHWM") - base
+  return dict(row, synapses=int(idx.count.sum()), build_s=round(seconds, 2),
+              cpu_s=round(cpu_s, 2),
+              index_mb=round(idx.nbytes / 2**20, 1),
+              peak_above_base_mb=round(peak / 2**20, 1),
+              peak_over_index=round(peak / idx.nbytes, 2))
+
+
+def measure(neurons: int, k: int, devices: int, rule: str = "in") -> dict:
+  """One case in a child process with ``devices`` faked CPU devices."""
+  env = dict(os.environ, XLA_FLAGS=(
+      f"--xla_force_host_platform_device_count={devices}"))
+  code = ("import json, sys; from benchmarks.bench_connectivity import _child;"
+          f"print(json.dumps(_child({neurons}, {k}, {devices}, {rule!r})))")
+  out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                       capture_output=True, text=True)
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--neurons", type=int, default=100_000)
+  ap.add_argument("--k", type=int, default=100, help="in-degree")
+  ap.add_argument("--devices", type=int, nargs="+", default=[1, 8])
+  ap.add_argument("--rule", choices=["in", "total", "microcircuit"],
+                  default="in")
+  ap.add_argument("--scale", type=float, default=0.1,
+                  help="microcircuit: neuron scale")
+  ap.add_argument("--k-scale", type=float, default=1.0,
+                  help="microcircuit: in-degree scale")
+  args = ap.parse_args(argv)
+  rows = []
+  for d in args.devices:
+    if args.rule == "microcircuit":  # passed to the child as integers
+      row = measure(int(round(args.scale * 1e6)),
+                    int(round(args.k_scale * 100)), d, args.rule)
+    else:
+      row = measure(args.neurons, args.k, d, args.rule)
+    print(json.dumps(row), flush=True)
+    rows.append(row)
+  return rows
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,258 @@
+"""``connect``: projections + a Layout -> one sharded ``SynapseIndex``.
+
+Every device builds only its own shard (a counting sort in two passes, see
+``build.py``) from counter-based draws keyed on ``(seed, projection, unit)``
+where a unit is a target, a source or a block of slots: the same seed gives
+the same synapses, weights and delays on any number of devices.
+
+Example:
+  >>> import jax, brainshard as bs
+  >>> from brainshard import models as bm
+  >>> mesh = jax.make_mesh((2,), ('x',))
+  >>> lay = bm.Layout({'E': 8, 'I': 2}, n_shards=2)
+  >>> idx = bm.connect([
+  ...     bm.Projection('E', 'I', bm.FixedInDegree(3), weight=0.5, delay=1.0),
+  ...     bm.Projection('I', 'E', bm.FixedInDegree(1), weight=-2.0,
+  ...                   delay=bm.Normal(1.5, 0.5), receptor=1)],
+  ...     lay, dt=0.1, seed=0, mesh=mesh, axis='x')
+  >>> int(idx.count.sum()), idx.n_receptors, idx.min_delay >= 1
+  (14, 2, True)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+import brainshard as bs
+from brainshard._models.build import Spec, count_pass, fill_pass
+from brainshard._models.distributions import with_lower
+from brainshard._models.index import SynapseIndex
+from brainshard._models.layout import Layout
+from brainshard._models.plans import (
+    BernoulliPlan, ExplicitPlan, InDegreePlan, OutDegreePlan,
+    TotalPlan)
+from brainshard._models.rules import (
+    Explicit, FixedInDegree, FixedOutDegree, FixedTotalNumber,
+    PairwiseBernoulli, Projection)
+
+__all__ = ["connect", "synapses"]
+
+_PLANS = {FixedInDegree: InDegreePlan, FixedOutDegree: OutDegreePlan,
+          PairwiseBernoulli: BernoulliPlan, FixedTotalNumber: TotalPlan,
+          Explicit: ExplicitPlan}
+
+
+def _range(which: Any, layout: Layout, where: str) -> tuple[int, int]:
+  if isinstance(which, str):
+    try:
+      return layout.range(which)
+    except KeyError as e:
+      raise ValueError(f"{where}: {e.args[0]}") from None
+  try:
+    start, stop = (int(v) for v in which)
+  except (TypeError, ValueError):
+    raise TypeError(f"{where}: a population is a Layout name or a global id "
+                    f"range (start, stop), got {which!r:.60}.") from None
+  if not 0 <= start <= stop <= layout.n:
+    raise ValueError(f"{where}: id range ({start}, {stop}) is not inside the "
+                     f"layout's {layout.n} neurons.")
+  return start, stop
+
+
+def _delay_steps(ms: float, dt: float) -> int:
+  # NEST: ld_round(ms * steps_per_ms); multiplying by 1/dt (not dividing by
+  # dt) keeps 0.15 ms at dt=0.1 exactly 1.5 steps, which rounds up.
+  return math.floor(ms * (1.0 / dt) + 0.5)
+
+
+def _explicit_arrays(rule: Explicit, pre, post, dt, where, padded):
+  n_pre, n_post = pre[1] - pre[0], post[1] - post[0]
+  for name, ids, n in (("pre", rule.pre, n_pre), ("post", rule.post, n_post)):
+    if ids.size and (ids.min() < 0 or ids.max() >= n):
+      raise ValueError(f"{where}: Explicit {name} ids must lie in [0, {n}) "
+                       f"(indices within the population), got "
+                       f"[{ids.min()}, {ids.max()}].")
+  pad = lambda a, dtype: jnp.asarray(np.pad(a.astype(dtype),
+                                            (0, padded - a.size)))
+  arrays = [pad(rule.pre, np.int32), pad(rule.post, np.int32), None, None]
+  if rule.weight is not None:
+    arrays[2] = pad(rule.weight, np.float32)
+  if rule.delay is not None:
+    steps = np.floor(rule.delay * (1.0 / dt) + 0.5).astype(np.int64)
+    if steps.size and steps.min() < 1:
+      bad = int(np.argmin(steps))
+      raise ValueError(f"{where}: Explicit delay[{bad}] = {rule.delay[bad]} "
+                       f"ms rounds to {steps[bad]} steps of dt={dt} ms; "
+                       "delays must be >= dt.")
+    arrays[3] = pad(steps, np.int32)
+  return arrays
+
+
+def _specs(projections, layout, dt) -> tuple[list[Spec], list, list[str]]:
+  """Checks every projection; returns the passes' specs, the explicit
+  arrays (flat) and each kept projection's label."""
+  specs, arrays, labels = [], [], []
+  for i, proj in enumerate(projections):
+    if not isinstance(proj, Projection):
+      raise TypeError(f"projections[{i}] must be a bs.models.Projection, got "
+                      f"{type(proj).__name__}.")
+    proj.check(i)
+    where = proj.label(i)
+    pre = _range(proj.pre, layout, f"{where}: pre")
+    post = _range(proj.post, layout, f"{where}: post")
+    if isinstance(proj.delay, (int, float)):
+      if _delay_steps(proj.delay, dt) < 1:
+        raise ValueError(f"{where}: delay {proj.delay} ms rounds to "
+                         f"{_delay_steps(proj.delay, dt)} steps of dt={dt} "
+                         "ms; delays must be >= dt.")
+    rule = proj.rule
+    if (isinstance(rule, (FixedInDegree, FixedOutDegree)) and not
+        rule.autapses and rule.k and pre == post and pre[1] - pre[0] == 1):
+      raise ValueError(f"{where}: autapses=False leaves no partner in a "
+                       "population of one neuron.")
+    plan = _PLANS[type(rule)](rule, pre, post)
+    first = -1
+    if isinstance(rule, Explicit):
+      first = len(arrays)
+      arrays += _explicit_arrays(rule, pre, post, dt, where, plan.padded)
+    spec = Spec(plan, proj.weight, with_lower(proj.delay, 0.5 * dt),
+                int(proj.receptor), first)
+    if pre[1] > pre[0] and post[1] > post[0]:
+      specs.append(spec)
+      labels.append(where)
+  return specs, arrays, labels
+
+
+def _mesh(mesh: Any) -> jax.sharding.Mesh:
+  if mesh is None:
+    mesh = jax.sharding.get_mesh()
+    if mesh is None or mesh.empty:
+      raise ValueError("connect has no mesh: pass mesh=..., or set one with "
+                       "`jax.set_mesh(mesh)` around the call.")
+  if not isinstance(mesh, jax.sharding.Mesh):
+    raise TypeError("connect: mesh must be a concrete jax.sharding.Mesh "
+                    f"(e.g. from jax.make_mesh), got {type(mesh).__name__}.")
+  return mesh
+
+
+def _axis(mesh, axis, layout) -> str:
+  names = tuple(mesh.axis_names)
+  if axis is None:
+    if len(names) != 1:
+      raise ValueError(f"connect: the mesh has axes {names}; name the one "
+                       "the neurons are split over with axis=...")
+    axis = names[0]
+  if axis not in names:
+    raise ValueError(f"connect: axis {axis!r} is not an axis of the mesh "
+                     f"{dict(mesh.shape)}.")
+  if layout.n_shards != mesh.shape[axis]:
+    raise ValueError(
+        f"connect: the layout has n_shards={layout.n_shards} but mesh axis "
+        f"{axis!r} has {mesh.shape[axis]} devices; pass "
+        f"layout.with_shards({mesh.shape[axis]}).")
+  return axis
+
+
+def connect(projections: Sequence[Projection], layout: Layout, *, dt: float,
+            seed: int, mesh: Any = None, axis: str | None = None
+            ) -> SynapseIndex:
+  """Builds the synapses of ``projections`` in their target's shard.
+
+  Args:
+    projections: ``bs.models.Projection`` s; their synapses are merged into
+      one index (per presynaptic id: projection order, then the order the
+      rule generated them in).
+    layout: the populations, with ``n_shards`` = the devices on ``axis``.
+    dt: the simulation step (ms); delays become ``round(d / dt) >= 1``
+      steps (half steps round up, as NEST).
+    seed: an int; the same seed gives the same synapses on any mesh.
+    mesh: a ``jax.sharding.Mesh``; None takes the one set by ``jax.set_mesh``.
+    axis: the mesh axis the neurons are split over (default: the only one).
+
+  Returns:
+    a :class:`SynapseIndex` whose arrays are split over ``axis``.
+  """
+  mesh = _mesh(mesh)
+  axis = _axis(mesh, axis, layout)
+  if not (isinstance(dt, (int, float)) and dt > 0):
+    raise ValueError(f"connect: dt must be a positive number (ms), got {dt!r}.")
+  if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+    raise TypeError(f"connect: seed must be an int, got {seed!r}.")
+  specs, arrays, labels = _specs(list(projections), layout, float(dt))
+  n_pre, n_local, S = layout.n_padded, layout.n_local, layout.n_shards
+  kw = dict(seed=int(seed), axis=axis, n_local=n_local, n_pre=n_pre)
+  args = [a for a in arrays if a is not None]
+  rep = (P(),) * len(args)
+  indptr, count, degree = bs.shard_map(
+      _with_none(count_pass(specs, **kw), arrays), mesh=mesh,
+      in_specs=rep, out_specs=P(axis))(*args)
+  count_h, degree_h = jax.device_get((count, degree))  # 2S scalars
+  capacity = max(1, int(count_h.max()))
+  fill = fill_pass(specs, capacity=capacity, dt=float(dt), **kw)
+  post, weight, delay, receptor, dmin, dmax = bs.shard_map(
+      _with_none(fill, arrays, first=1), mesh=mesh,
+      in_specs=(P(axis),) + rep, out_specs=P(axis))(indptr, *args)
+  dmin = np.asarray(dmin).reshape(S, -1).min(0) if specs else np.ones(1)
+  dmax = np.asarray(dmax).reshape(S, -1).max(0) if specs else np.ones(1)
+  for label, lo_d in zip(labels, dmin):
+    if lo_d < 1:
+      raise ValueError(f"{label}: a delay rounds to {lo_d} steps of dt={dt} "
+                       "ms; delays must be >= dt.")
+  used = dmax >= 1  # projections with synapses
+  n_receptors = 1 + max([int(p.receptor) for p in projections] or [0])
+  return SynapseIndex(
+      indptr, post, weight, delay, receptor, count, n_pre=n_pre,
+      n_local=n_local, n_shards=S, capacity=capacity,
+      min_delay=int(dmin[used].min()) if used.any() else 1,
+      max_delay=int(dmax[used].max()) if used.any() else 1,
+      n_receptors=n_receptors, max_degree=int(degree_h.max()))
+
+
+def _with_none(fun, arrays, first=0):
+  """``fun`` called with the explicit arrays' ``None`` slots put back (only
+  arrays are passed through shard_map)."""
+  present = [a is not None for a in arrays]
+
+  def run(*args):
+    head, rest = list(args[:first]), iter(args[first:])
+    full = [next(rest) if p else None for p in present]
+    return fun(*head, *full)
+  return run
+
+
+def synapses(index: SynapseIndex) -> dict[str, np.ndarray]:
+  """Every synapse of ``index`` on the host, in index order (shard, then
+  presynaptic id, then generation order): ``pre``, ``post`` (global ids),
+  ``weight``, ``delay`` (steps), ``receptor``. For tests and export (e.g.
+  to NEST); it copies the whole index to the host.
+
+  Example:
+    >>> import jax, brainshard as bs
+    >>> from brainshard import models as bm
+    >>> lay = bm.Layout({'A': 4})
+    >>> idx = bm.connect([bm.Projection('A', 'A', bm.Explicit([0, 3], [1, 1]))],
+    ...                  lay, dt=0.1, seed=0, mesh=jax.make_mesh((1,), ('x',)))
+    >>> bm.synapses(idx)['pre'].tolist()
+    [0, 3]
+  """
+  h = bs.gather({k: getattr(index, k) for k in
+                 ("indptr", "post", "weight", "delay", "receptor", "count")})
+  S, cap, n = index.n_shards, index.capacity, index.n_pre
+  cols: dict[str, list] = {k: [] for k in
+                           ("pre", "post", "weight", "delay", "receptor")}
+  for s in range(S):
+    indptr = h["indptr"][s * (n + 1):(s + 1) * (n + 1)]
+    used = int(h["count"][s])
+    cols["pre"].append(np.repeat(np.arange(n, dtype=np.int32),
+                                 np.diff(indptr)))
+    sl = slice(s * cap, s * cap + used)
+    cols["post"].append(h["post"][sl] + s * index.n_local)
+    for k in ("weight", "delay", "receptor"):
+      cols[k].append(h[k][sl])
+  return {k: np.concatenate(v) for k, v in cols.items()}

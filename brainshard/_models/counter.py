@@ -1,0 +1,92 @@
+"""Counter-based draws for connectivity: cheap to compile, mesh-independent.
+
+Each generating unit (a target, a source, a block of slots) gets a 64-bit
+key from threefry (``jax.random.fold_in`` of the projection's key with the
+unit's id); its slot ``j`` of stream ``s`` is then a hash of ``(key, s, j,
+attempt)``: three rounds of MurmurHash3's finaliser, a bijection of ``j``
+for a fixed key, so a unit's slots never share a value. Per-slot threefry
+would cost about a second of XLA compile per call site on a CPU; the hash
+costs little to compile or run, and the value of a slot depends only on
+its coordinates, never on a shard or a chunk size.
+
+Example:
+  >>> import jax, jax.numpy as jnp
+  >>> from brainshard._models.counter import unit_keys, randint
+  >>> keys = unit_keys(jax.random.key(0), jnp.arange(3))
+  >>> r = randint(keys, 4, 0, jnp.full(3, 10))
+  >>> r.shape, bool(((r >= 0) & (r < 10)).all())
+  ((3, 4), True)
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["unit_keys", "bits", "sub_keys", "uniform", "normal", "randint", "mulhi"]
+
+_U = jnp.uint32
+
+
+def _fmix(h):
+  h = h ^ (h >> 16)
+  h = h * _U(0x85EBCA6B)
+  h = h ^ (h >> 13)
+  h = h * _U(0xC2B2AE35)
+  return h ^ (h >> 16)
+
+
+def unit_keys(key: jax.Array, ids: jax.Array) -> jax.Array:
+  """uint32 ``[len(ids), 2]``: the keys of units ``ids`` (threefry)."""
+  keys = jax.vmap(jax.random.fold_in, (None, 0))(key, ids.astype(_U))
+  return jax.random.key_data(keys)
+
+
+def _mix(slots, k0, k1, stream, attempt):
+  salt = _U(stream) * _U(0x632BE5AB) + jnp.asarray(attempt, _U) * _U(
+      0x9E3779B9)
+  h = _fmix(slots ^ k0)
+  h = _fmix(h ^ k1 ^ salt)
+  return _fmix(h + k0)
+
+
+def bits(keys: jax.Array, width: int, stream: int, attempt=0) -> jax.Array:
+  """uint32 ``[G, width]``: slot ``j`` of each unit's ``stream``."""
+  return _mix(jnp.arange(width, dtype=_U)[None, :], keys[:, :1], keys[:, 1:],
+              stream, attempt)
+
+
+def sub_keys(key: jax.Array, ids: jax.Array, stream: int) -> jax.Array:
+  """uint32 ``[len(ids), 2]``: keys for ``ids`` under one unit key
+  ``key`` (uint32 ``[2]``), by hashing only (no threefry)."""
+  ids = ids.astype(_U)
+  return jnp.stack([_mix(ids, key[0], key[1], stream, 0),
+                    _mix(ids, key[0], key[1], stream, 1)], axis=1)
+
+
+def uniform(keys, width, stream, attempt=0):
+  """float32 in ``(0, 1)`` (24 bits, centred in their bins)."""
+  h = bits(keys, width, stream, attempt)
+  return ((h >> 8).astype(jnp.float32) + 0.5) * jnp.float32(2.0 ** -24)
+
+
+def normal(keys, width, stream, attempt=0):
+  """Standard normal float32 (inverse CDF of :func:`uniform`)."""
+  u = uniform(keys, width, stream, attempt)
+  return jnp.float32(2 ** 0.5) * jax.lax.erf_inv(2 * u - 1)
+
+
+def mulhi(a, b):
+  """``(a * b) >> 32`` for uint32 ``a``, ``b`` in 32-bit arithmetic."""
+  m16 = _U(0xFFFF)
+  ah, al, bh, bl = a >> 16, a & m16, b >> 16, b & m16
+  m1 = ah * bl + ((al * bl) >> 16)
+  m2 = al * bh + (m1 & m16)
+  return ah * bh + (m1 >> 16) + (m2 >> 16)
+
+
+def randint(keys, width, stream, n):
+  """int32 ``[G, width]`` in ``[0, n)`` (``n [G]``, per unit; the
+  multiply-shift map, bias below ``n / 2**32``)."""
+  h = bits(keys, width, stream)
+  return mulhi(h, jnp.asarray(n).astype(_U)[:, None]).astype(jnp.int32)

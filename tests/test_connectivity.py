@@ -1,0 +1,280 @@
+"""bs.models.connect: rules, distributions, the sharded index, determinism.
+
+References: the per-target synapse lists regenerated directly from the
+counter-based draws in pure JAX (no counting sort, no shards), hand-written
+numpy checks of each rule's invariants, and the 1-device build.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import brainshard as bs
+from brainshard import models as bm
+from brainshard._models.counter import randint, unit_keys
+from brainshard._models.distributions import sample
+
+from conftest import make_mesh
+
+DT = 0.1
+
+
+def network():
+  """Every rule once, with distributions, two receptors and autapse
+  options (E: 0..80, I: 81..100)."""
+  return [
+      bm.Projection('E', 'I', bm.FixedInDegree(5), name='EI',
+                    weight=bm.Normal(1.0, 1.0, lower=0.0),
+                    delay=bm.Normal(1.5, 0.75, lower=0.2)),
+      bm.Projection('I', 'E', bm.FixedOutDegree(3, autapses=False),
+                    weight=-1.0, delay=bm.Uniform(0.1, 2.0), receptor=1),
+      bm.Projection('E', 'E', bm.PairwiseBernoulli(0.1, autapses=False),
+                    weight=bm.Normal(-1.0, 2.0, upper=0.0), delay=0.3),
+      bm.Projection('E', 'I', bm.FixedTotalNumber(3000),
+                    weight=bm.Normal(2.0, 1.0), delay=0.1),
+      bm.Projection('I', 'I', bm.FixedInDegree(4, autapses=False)),
+      bm.Projection((0, 5), (95, 101), bm.Explicit(
+          [0, 1, 1, 4], [2, 3, 3, 0], weight=[5, 6, 7, 8],
+          delay=[0.2, 0.3, 0.25, 1.0]), receptor=2),
+  ]
+
+
+SIZES = {'E': 81, 'I': 20}
+
+
+def build(n_shards, projections=None, seed=1):
+  lay = bm.Layout(SIZES, n_shards=n_shards)
+  return bm.connect(projections or network(), lay, dt=DT, seed=seed,
+                    mesh=make_mesh((n_shards,), ('x',)), axis='x')
+
+
+def by_target(table):
+  """The table's rows grouped by target, each target's rows in index order
+  (presynaptic id, then generation order)."""
+  order = np.lexsort((np.arange(table['post'].size), table['post']))
+  return {k: v[order] for k, v in table.items()}
+
+
+@pytest.fixture(scope="module")
+def built():
+  return {s: build(s) for s in (1, 8)}
+
+
+@pytest.mark.slow
+def test_same_synapses_on_every_mesh(built):
+  want = by_target(bm.synapses(built[1]))
+  for s in (8,):
+    got = by_target(bm.synapses(built[s]))
+    for k in want:  # bit for bit, weights and delays included
+      np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+  assert built[8].max_degree <= built[1].max_degree
+  assert (built[1].min_delay, built[1].max_delay) == (
+      built[8].min_delay, built[8].max_delay)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n_shards", [2, 4])
+def test_same_synapses_on_2_and_4_devices(built, n_shards):
+  want = by_target(bm.synapses(built[1]))
+  got = by_target(bm.synapses(build(n_shards)))
+  for k in want:
+    np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+
+
+@pytest.mark.slow
+def test_index_layout(built):
+  idx = built[8]
+  h = bs.gather({k: getattr(idx, k) for k in ('indptr', 'post', 'count')})
+  n, cap = idx.n_pre, idx.capacity
+  assert idx.n_pre == 104 and idx.n_local == 13 and idx.n_receptors == 3
+  degrees = []
+  for s in range(8):
+    indptr = h['indptr'][s * (n + 1):(s + 1) * (n + 1)]
+    assert indptr[0] == 0 and (np.diff(indptr) >= 0).all()
+    assert indptr[-1] == h['count'][s] <= cap
+    post = h['post'][s * cap:(s + 1) * cap]
+    assert (post[:indptr[-1]] < idx.n_local).all()
+    assert (post[indptr[-1]:] == idx.n_local).all()  # unused: out of range
+    degrees.append(np.diff(indptr).max())
+  assert idx.max_degree == max(degrees)
+  assert idx.indptr.sharding.spec == jax.P('x')
+  assert idx.nbytes == 4 * (8 * (n + 1) + 4 * 8 * cap + 8)
+
+
+def _reference_in_degree(seed, p, k, pre, post, weight, delay):
+  """FixedInDegree drawn directly for every target (pure JAX)."""
+  key = jax.random.fold_in(jax.random.key(seed), p)
+  t = jnp.arange(post[1] - post[0])
+  keys = unit_keys(key, t)
+  src = pre[0] + randint(keys, k, 0, jnp.full(t.shape, pre[1] - pre[0]))
+  w = sample(weight, keys, k, stream=2)
+  d = jnp.floor(sample(delay, keys, k, stream=3) * jnp.float32(1 / DT) + 0.5)
+  rows = {}
+  for i in range(t.size):  # per target: by presynaptic id, then slot
+    order = np.argsort(np.asarray(src[i]), kind='stable')
+    rows[post[0] + i] = (np.asarray(src[i])[order], np.asarray(w[i])[order],
+                         np.asarray(d[i])[order].astype(np.int32))
+  return rows
+
+
+@pytest.mark.slow
+def test_in_degree_matches_direct_draws():
+  """The counting sort puts exactly the directly drawn synapses in place."""
+  w, d = bm.Normal(1.0, 1.0, lower=0.0), bm.Normal(1.5, 0.75)
+  proj = [bm.Projection('E', 'I', bm.FixedInDegree(5), weight=w, delay=d)]
+  table = by_target(bm.synapses(build(4, proj, seed=3)))
+  # delays are redrawn below dt / 2 (NEST's microcircuit rule)
+  d = bm.Normal(1.5, 0.75, lower=DT / 2)
+  want = _reference_in_degree(3, 0, 5, (0, 81), (81, 101), w, d)
+  for t, (pre, wt, dl) in want.items():
+    rows = table['post'] == t
+    np.testing.assert_array_equal(table['pre'][rows], pre)
+    # eager op-by-op vs the compiled build: XLA may fuse mean + std * z into
+    # one FMA (1 ulp); bit-equality across meshes is tested above.
+    np.testing.assert_allclose(table['weight'][rows], wt, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(table['delay'][rows], dl)
+
+
+def _rows(table, receptor=None, weight=None):
+  keep = np.ones(table['pre'].size, bool)
+  if receptor is not None:
+    keep &= table['receptor'] == receptor
+  if weight is not None:
+    keep &= table['weight'] == weight
+  return {k: v[keep] for k, v in table.items()}
+
+
+@pytest.mark.slow
+def test_rules_keep_their_invariants(built):
+  t = bm.synapses(built[8])
+  e, i = np.arange(81), np.arange(81, 101)
+  # FixedOutDegree(3, no autapses) I -> E: the only receptor-1 synapses.
+  out = _rows(t, receptor=1)
+  np.testing.assert_array_equal(np.bincount(out['pre'], minlength=101)[i], 3)
+  assert np.isin(out['post'], e).all()
+  # PairwiseBernoulli E -> E: all weights <= 0 (redrawn), no autapses.
+  ee = {k: v[np.isin(t['pre'], e) & np.isin(t['post'], e) & (t['receptor'] == 0)]
+        for k, v in t.items()}
+  assert (ee['pre'] != ee['post']).all() and (ee['weight'] <= 0).all()
+  assert (ee['delay'] == 3).all()
+  n, p = 81 * 80, 0.1
+  assert abs(ee['pre'].size - n * p) < 5 * math.sqrt(n * p * (1 - p))
+  # E -> I: in-degree 5 (delay distribution) plus 3000 in total (delay 1).
+  ei = {k: v[np.isin(t['pre'], e) & np.isin(t['post'], i) &
+             (t['receptor'] == 0)] for k, v in t.items()}
+  total = ei['delay'] == 1
+  assert total.sum() == 3000
+  assert ((np.bincount(ei['post'][~total], minlength=101)[i] == 5).all())
+  assert (ei['weight'][~total] >= 0).all()
+  # I -> I in-degree 4 without autapses, weight 1.
+  ii = {k: v[np.isin(t['pre'], i) & np.isin(t['post'], i) & (t['receptor'] == 0)]
+        for k, v in t.items()}
+  np.testing.assert_array_equal(np.bincount(ii['post'], minlength=101)[i], 4)
+  assert (ii['pre'] != ii['post']).all() and (ii['weight'] == 1).all()
+
+
+@pytest.mark.slow
+def test_explicit_synapses_are_the_given_ones(built):
+  t = _rows(bm.synapses(built[8]), receptor=2)
+  got = sorted(zip(t['pre'], t['post'], t['weight'], t['delay']))
+  want = sorted([(0, 97, 5.0, 2), (1, 98, 6.0, 3), (1, 98, 7.0, 3),
+                 (4, 95, 8.0, 10)])
+  assert got == want
+
+
+@pytest.mark.slow
+def test_small_network_same_on_1_and_2_devices():
+  proj = [bm.Projection('E', 'I', bm.FixedInDegree(3),
+                        weight=bm.Normal(0.0, 1.0), delay=bm.Uniform(0.1, 1.0)),
+          bm.Projection('I', 'E', bm.FixedTotalNumber(100), weight=-1.0)]
+  want = by_target(bm.synapses(build(1, proj)))
+  got = by_target(bm.synapses(build(2, proj)))
+  for k in want:
+    np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+
+
+@pytest.mark.slow
+def test_total_number_split_tree_same_on_1_and_4_devices():
+  """1300 targets: 6 leaf blocks of 256, a tree 3 levels deep."""
+  lay = lambda s: bm.Layout({'A': 1300}, n_shards=s)
+  proj = [bm.Projection('A', 'A', bm.FixedTotalNumber(13000),
+                        weight=bm.Uniform(0.0, 1.0))]
+  tables = [by_target(bm.synapses(bm.connect(
+      proj, lay(s), dt=DT, seed=5, mesh=make_mesh((s,), ('x',)))))
+      for s in (1, 4)]
+  for k in tables[0]:
+    np.testing.assert_array_equal(tables[1][k], tables[0][k], err_msg=k)
+  c = np.bincount(tables[0]['post'], minlength=1300)
+  assert c.sum() == 13000
+  chi2 = ((c - 10) ** 2 / 10).sum()  # 1299 dof: mean 1299, sd ~51
+  assert 1299 - 250 < chi2 < 1299 + 250, chi2
+  blocks = np.add.reduceat(c, [0, 256, 512, 768, 1024, 1280])
+  sizes = np.array([256] * 5 + [20])
+  np.testing.assert_allclose(blocks / sizes, 10, rtol=0.25)
+
+
+def test_fixed_total_number_spreads_uniformly():
+  proj = [bm.Projection('E', 'E', bm.FixedTotalNumber(20000))]
+  t = bm.synapses(build(2, proj))
+  assert t['pre'].size == 20000
+  # 81 targets, 81 sources: chi-square of the counts near its dof.
+  for ids in (t['post'], t['pre']):
+    c = np.bincount(ids, minlength=81)[:81]
+    chi2 = ((c - 20000 / 81) ** 2 / (20000 / 81)).sum()
+    assert 40 < chi2 < 130, chi2
+
+
+def test_redrawn_normal_is_truncated_not_clipped():
+  w = bm.Normal(0.5, 1.0, lower=0.0)
+  proj = [bm.Projection('E', 'E', bm.FixedInDegree(200), weight=w)]
+  x = bm.synapses(build(1, proj))['weight'].astype(np.float64)
+  assert x.min() >= 0 and (x == 0).sum() == 0  # no mass piled at the bound
+  phi = lambda z: math.exp(-z * z / 2) / math.sqrt(2 * math.pi)
+  cdf = lambda z: 0.5 * (1 + math.erf(z / math.sqrt(2)))
+  alpha = (0 - 0.5) / 1.0
+  mean = 0.5 + phi(alpha) / (1 - cdf(alpha))  # truncated normal's mean
+  assert abs(x.mean() - mean) < 5 * x.std() / math.sqrt(x.size)
+
+
+def test_delays_round_half_up_to_steps():
+  proj = [bm.Projection('E', 'E', bm.Explicit([0, 1, 2], [0, 0, 0],
+                                               delay=[0.15, 0.249, 0.25]))]
+  t = bm.synapses(build(1, proj))
+  assert t['delay'].tolist() == [2, 2, 3]  # floor(d / dt + 0.5)
+
+
+@pytest.mark.parametrize("proj, match", [
+    (bm.Projection('E', 'X', bm.FixedInDegree(1)), "no population 'X'"),
+    (bm.Projection('E', 'I', bm.FixedInDegree(1), delay=0.04, name='slow'),
+     r"projection 0 \('slow'\): delay 0.04 ms rounds to 0 steps"),
+    (bm.Projection('E', 'I', bm.Explicit([0], [0], delay=[0.01])),
+     r"Explicit delay\[0\] = 0.01"),
+    (bm.Projection('E', 'I', bm.Explicit([0], [20])), r"post ids must lie"),
+    (bm.Projection('E', (0, 200), bm.FixedInDegree(1)), "not inside"),
+    (bm.Projection('E', 'I', bm.FixedInDegree(1),
+                   weight=bm.Normal(0, 1, lower=5.0)), "keep only"),
+])
+def test_bad_projection_errors_name_it(proj, match):
+  with pytest.raises(ValueError, match=match):
+    build(1, [proj])
+
+
+def test_bad_arguments_errors():
+  lay = bm.Layout(SIZES, n_shards=2)
+  mesh = make_mesh((4,), ('x',))
+  p = [bm.Projection('E', 'I', bm.FixedInDegree(1))]
+  with pytest.raises(ValueError, match=r"n_shards=2 but mesh axis 'x' has 4"):
+    bm.connect(p, lay, dt=DT, seed=0, mesh=mesh)
+  with pytest.raises(ValueError, match="axis 'y' is not an axis"):
+    bm.connect(p, lay.with_shards(4), dt=DT, seed=0, mesh=mesh, axis='y')
+  with pytest.raises(ValueError, match="dt must be a positive"):
+    bm.connect(p, lay.with_shards(4), dt=0, seed=0, mesh=mesh)
+  with pytest.raises(TypeError, match="weight must be a number"):
+    bm.Projection('E', 'I', bm.FixedInDegree(1), weight='x').check(0)
+  with pytest.raises(NotImplementedError, match="multapses=False"):
+    bm.FixedInDegree(3, multapses=False)
+  with pytest.raises(ValueError, match="p must be in"):
+    bm.PairwiseBernoulli(1.5)
