@@ -278,3 +278,18 @@ def test_bad_arguments_errors():
     bm.FixedInDegree(3, multapses=False)
   with pytest.raises(ValueError, match="p must be in"):
     bm.PairwiseBernoulli(1.5)
+
+
+@pytest.mark.slow
+def test_two_dimensional_auto_mesh_splits_over_the_named_axis():
+  from jax.sharding import AxisType
+  proj = [bm.Projection('E', 'I', bm.FixedInDegree(3),
+                        weight=bm.Normal(0.0, 1.0), delay=bm.Uniform(0.1, 1.0))]
+  want = by_target(bm.synapses(build(1, proj)))
+  mesh = make_mesh((2, 2), ('x', 'y'), AxisType.Auto)
+  idx = bm.connect(proj, bm.Layout(SIZES, n_shards=2), dt=DT, seed=1,
+                   mesh=mesh, axis='x')
+  assert idx.post.sharding.spec == jax.P('x')
+  got = by_target(bm.synapses(idx))
+  for k in want:
+    np.testing.assert_array_equal(got[k], want[k], err_msg=k)

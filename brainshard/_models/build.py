@@ -43,13 +43,14 @@ class Spec:
   delay: Any        # ms: number or distribution (redraw bound applied)
   receptor: int
   arrays: int = -1  # first index of its explicit arrays in the args, or -1
+  index: int = 0    # its place in the user's list: keys its draws
 
 
 @dataclass(frozen=True)
 class Group:
   """Projections that share one compiled loop: the same plan key and the
   same weight and delay families. Their numbers are rows of ``ints``
-  (projection, pre start/stop, post start/stop, rule count, receptor) and
+  (spec, pre start/stop, post start/stop, rule count, receptor, index) and
   ``floats`` (rule probability, weight and delay parameters)."""
 
   plan: Any
@@ -67,7 +68,8 @@ def groups(specs: Sequence[Spec]) -> list[Group]:
     (wf, wp), (df, dp) = encode(spec.weight), encode(spec.delay)
     plan = spec.plan
     key = (plan.key, wf, df)
-    row_i = (p, *plan.pre, *plan.post, int(plan.n), spec.receptor)
+    row_i = (p, *plan.pre, *plan.post, int(plan.n), spec.receptor,
+             spec.index)
     row_f = (float(plan.p), *wp, *dp)
     if key not in out:
       out[key] = [copy.copy(plan), (wf, df), [], [], spec.arrays]
@@ -103,7 +105,7 @@ def _members(group: Group, args: Sequence, seed_key, lo, hi, carry, body):
   def one(m, carry):
     r, f = ints[m], floats[m]
     plan = group.plan.bind((r[1], r[2]), (r[3], r[4]), r[5], f[0])
-    key = jax.random.fold_in(seed_key, r[0])
+    key = jax.random.fold_in(seed_key, r[7])
     aux = plan.prepare(key, arrays)
     n_chunks = (plan.n_units(aux, lo, hi) + plan.G - 1) // plan.G
     return body(dict(plan=plan, key=key, aux=aux, n_chunks=n_chunks,

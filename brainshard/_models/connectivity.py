@@ -122,7 +122,7 @@ def _specs(projections, layout, dt) -> tuple[list[Spec], list, list[str]]:
       first = len(arrays)
       arrays += _explicit_arrays(rule, pre, post, dt, where, plan.padded)
     spec = Spec(plan, proj.weight, with_lower(proj.delay, 0.5 * dt),
-                int(proj.receptor), first)
+                int(proj.receptor), first, i)
     if pre[1] > pre[0] and post[1] > post[0]:
       specs.append(spec)
       labels.append(where)
