@@ -2,9 +2,10 @@
 
 Delivery visits only the neurons that fired. On a CPU, ``jnp.nonzero`` (a
 cumulative sum over all ``n`` neurons) costs 0.6-1.5 ms a step at 77 k
-neurons, so :func:`fired_ids` takes the ``lax.top_k``-over-blocks path of
-``examples/ei_kernels.py`` for small counts and :func:`first_fired` picks
-the smallest of a few fixed sizes that holds this step's spikes (a chain of
+neurons, so :func:`fired_ids` takes a ``lax.top_k``-over-blocks path for
+small counts (unsorted, it also serves the integer-count kernels of
+:mod:`~brainshard._models.counts`) and :func:`first_fired` picks the
+smallest of a few fixed sizes that holds this step's spikes (a chain of
 ``lax.cond``: the first test, the usual few spikes, decides; on XLA:CPU a
 many-way ``lax.switch`` costs about as much as a small delivery).
 
