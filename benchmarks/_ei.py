@@ -58,8 +58,8 @@ def brainshard_run(model: str, n: int, k: int = 80, devices: int = 1,
 def _network(model: str, n: int, k: int, connectivity: str, seed: int):
   """The example's parameters, its one-step transition of the carry
   ``(v, ge, gi, ref, inputs)`` as a pure function ``one(carry) -> (carry,
-  spikes)`` with the library kernels the example runs, and the initial carry (the
-  example's initial conditions)."""
+  spikes)`` with the library kernels the example runs, and the initial
+  carry (the example's initial conditions)."""
   import jax
   import jax.numpy as jnp
   from examples import cuba
@@ -75,8 +75,8 @@ def _network(model: str, n: int, k: int, connectivity: str, seed: int):
         f, indptr, indices, n_local=n, n_exc=p.n_exc, max_degree=max_degree)
   else:
     rows = jnp.arange(n)
-    count = lambda f: bm.pull_counts(f, rows, n=n, n_exc=p.n_exc, k=k,  # noqa: E731
-                                     seed=seed)
+    count = lambda f: bm.pull_counts(  # noqa: E731
+        f, rows, n=n, n_exc=p.n_exc, k=k, seed=seed)
   import brainshard as bs  # only for the same initial conditions
   rng = bs.RandomState(seed)
   if model == "cuba":
