@@ -58,25 +58,25 @@ def brainshard_run(model: str, n: int, k: int = 80, devices: int = 1,
 def _network(model: str, n: int, k: int, connectivity: str, seed: int):
   """The example's parameters, its one-step transition of the carry
   ``(v, ge, gi, ref, inputs)`` as a pure function ``one(carry) -> (carry,
-  spikes)`` with the example's kernels, and the initial carry (the
-  example's initial conditions)."""
+  spikes)`` with the library kernels the example runs, and the initial
+  carry (the example's initial conditions)."""
   import jax
   import jax.numpy as jnp
   from examples import cuba
-  from examples.cuba import kernels as ek
+  from brainshard import models as bm
   p = cuba.Params(model=model, n=n, k=k)
   if connectivity == "stored":
-    pre = jax.jit(lambda: ek.presynaptic(jnp.arange(n), k, n=n,
-                                         n_exc=p.n_exc, k=k, seed=seed))()
-    indptr, indices = jax.jit(ek.csr_from_table, static_argnums=1)(pre, n)
+    pre = jax.jit(lambda: bm.hashed_presynaptic(
+        jnp.arange(n), k, n=n, n_exc=p.n_exc, k=k, seed=seed))()
+    indptr, indices = jax.jit(bm.csr_from_table, static_argnums=1)(pre, n)
     del pre
     max_degree = int(jnp.diff(indptr).max())
-    count = lambda f: ek.deliver_events(  # noqa: E731
+    count = lambda f: bm.deliver_counts(  # noqa: E731
         f, indptr, indices, n_local=n, n_exc=p.n_exc, max_degree=max_degree)
   else:
     rows = jnp.arange(n)
-    count = lambda f: ek.deliver_pull(f, rows, n=n, n_exc=p.n_exc, k=k,  # noqa: E731
-                                      seed=seed)
+    count = lambda f: bm.pull_counts(  # noqa: E731
+        f, rows, n=n, n_exc=p.n_exc, k=k, seed=seed)
   import brainshard as bs  # only for the same initial conditions
   rng = bs.RandomState(seed)
   if model == "cuba":
@@ -119,7 +119,7 @@ def _chunked(dt: float, chunk: int, make):
 def pure_run(model: str, n: int, k: int = 80, connectivity: str = "stored",
              seed: int = 0, chunk: int = 1000):
   """The same network as one ``jax.jit(lax.scan)`` per chunk of steps on
-  one device, with the example's kernels; returns
+  one device, with the library kernels the example runs; returns
   ``(build_s, run(ms) -> spikes)``."""
   import jax
   t0 = time.perf_counter()

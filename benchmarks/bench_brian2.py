@@ -42,7 +42,7 @@ def brian2_run(model: str, n: int, k: int = 80, seed: int = 0,
   import brian2 as b2
   import jax.numpy as jnp
   from examples import cuba
-  from examples.cuba import kernels as ek
+  from brainshard import models as bm
   import brainshard as bs
   p = cuba.Params(model=model, n=n, k=k)
   b2.prefs.codegen.target = target or brian2_target()
@@ -65,7 +65,7 @@ def brian2_run(model: str, n: int, k: int = 80, seed: int = 0,
   g = b2.NeuronGroup(n, eqs, threshold=f"v > {p.v_th} * mV",
                      reset=f"v = {p.v_reset} * mV", refractory=p.t_ref * ms,
                      method=method, namespace=ns)
-  pre = np.asarray(ek.presynaptic(jnp.arange(n), k, n=n, n_exc=p.n_exc, k=k,
+  pre = np.asarray(bm.hashed_presynaptic(jnp.arange(n), k, n=n, n_exc=p.n_exc, k=k,
                                   seed=seed))
   post = np.repeat(np.arange(n), k).reshape(n, k)
   k_exc = int(round(0.8 * k))

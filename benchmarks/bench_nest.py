@@ -94,8 +94,8 @@ def _table(p, seed: int) -> tuple[np.ndarray, np.ndarray]:
   """The example's fixed in-degree table as (pre, post) arrays, row-major:
   post neuron by post neuron, slot by slot (global ids from 0)."""
   import jax.numpy as jnp
-  from examples.cuba import kernels as ek
-  pre = np.asarray(ek.presynaptic(jnp.arange(p.n), p.k, n=p.n, n_exc=p.n_exc,
+  from brainshard import models as bm
+  pre = np.asarray(bm.hashed_presynaptic(jnp.arange(p.n), p.k, n=p.n, n_exc=p.n_exc,
                                   k=p.k, seed=seed))
   post = np.repeat(np.arange(p.n), p.k).reshape(p.n, p.k)
   return pre, post

@@ -15,6 +15,8 @@ Example:
 """
 
 from brainshard._models.connectivity import connect, synapses
+from brainshard._models.counts import (
+    csr_from_table, deliver_counts, hashed_presynaptic, pull_counts)
 from brainshard._models.delivery import deliver, delay_steps, ring_length
 from brainshard._models.delivery_testing import index_from_arrays
 from brainshard._models.distributions import Normal, Uniform
@@ -38,6 +40,8 @@ __all__ = [
     # delivery
     "Delivery", "block_spikes", "unblock_spikes", "deliver", "delay_steps",
     "ring_length", "fired_ids", "first_fired",
+    # integer counts: one uniform weight per receptor
+    "hashed_presynaptic", "csr_from_table", "deliver_counts", "pull_counts",
     # populations
     "Population", "population_values", "population_ids", "split_spikes",
     "population_rates", "population_counts", "counts_to_rates",

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from examples import cuba
-from examples.cuba import kernels as ek
+from brainshard import models as bm
 
 
 def _mesh(n):
@@ -17,8 +17,8 @@ def test_stored_index_holds_the_fixed_in_degree_table_on_any_mesh():
   """Every neuron has exactly k partners (0.8 k excitatory), and each
   shard's push index lists exactly the hash table's synapses."""
   n, k = 64, 10
-  table = np.asarray(ek.presynaptic(jax.numpy.arange(n), k, n=n, n_exc=51,
-                                    k=k, seed=1))
+  table = np.asarray(bm.hashed_presynaptic(jax.numpy.arange(n), k, n=n,
+                                          n_exc=51, k=k, seed=1))
   assert (table[:, :8] < 51).all() and (table[:, 8:] >= 51).all()
   for shards in (1, 4):
     net = cuba.EINetwork(_mesh(shards), "cuba", seed=1, n=n, k=k)
@@ -33,30 +33,6 @@ def test_stored_index_holds_the_fixed_in_degree_table_on_any_mesh():
     expect = np.zeros((n, n), int)
     np.add.at(expect, (np.repeat(np.arange(n), k), table.ravel()), 1)
     np.testing.assert_array_equal(rebuilt, expect)
-
-
-@pytest.mark.parametrize("n", [1000, 4007])
-def test_event_delivery_counts_every_spike_at_every_branch(n):
-  """Push delivery over the CSR (which of its size branches runs depends on
-  how many fired; n = 4007 leaves a partial last block of neurons) counts
-  exactly what the pull table says, for spike counts on both sides of
-  every branch's size."""
-  import jax.numpy as jnp
-  k, n_exc = 20, int(0.8 * n)
-  pre = ek.presynaptic(jnp.arange(n), k, n=n, n_exc=n_exc, k=k, seed=3)
-  indptr, indices = ek.csr_from_table(pre, n)
-  max_degree = int(jnp.diff(indptr).max())
-  deliver = jax.jit(lambda f: ek.deliver_events(
-      f, indptr, indices, n_local=n, n_exc=n_exc, max_degree=max_degree))
-  rng = np.random.default_rng(0)
-  table = np.asarray(pre)
-  for fired_count in (0, 1, 4, 5, 16, 17, 64, 65, 256, 257, n):
-    fired = np.zeros(n, bool)
-    fired[rng.choice(n, fired_count, replace=False)] = True
-    exc, inh = deliver(jnp.asarray(fired))
-    hit = fired[table]
-    np.testing.assert_array_equal(exc, hit[:, :16].sum(1), str(fired_count))
-    np.testing.assert_array_equal(inh, hit[:, 16:].sum(1), str(fired_count))
 
 
 def test_refractory_gap_is_brian2s_five_ms():

@@ -289,12 +289,8 @@ def test_cuba_delay_is_delivery_delay_with_input_before_integration(delay):
   steps with cuba's update (input added before integrating). Weights 1 on
   receptors E/I give cuba's integer counts exactly, so the spikes of
   cuba's own EINetwork are reproduced one for one."""
-  import pathlib
-  import sys
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]
-                         / "examples"))
-  import cuba
-  import ei_kernels as ek
+  from examples import cuba
+  from brainshard import models as bm
 
   n, k, steps = 800, 40, 600
   mesh = jax.make_mesh((2,), ("x",), devices=jax.devices()[:2])
@@ -302,7 +298,7 @@ def test_cuba_delay_is_delivery_delay_with_input_before_integration(delay):
   p = ref.params
   v0 = np.asarray(ref.v.value)
   want = ref.run(steps * p.dt)
-  pre = np.asarray(ek.presynaptic(jnp.arange(n), k, n=n, n_exc=p.n_exc, k=k,
+  pre = np.asarray(bm.hashed_presynaptic(jnp.arange(n), k, n=n, n_exc=p.n_exc, k=k,
                                   seed=1))
   inh = pre.ravel() >= p.n_exc
   idx = index_from_arrays(pre.ravel(), np.repeat(np.arange(n), k),

@@ -2,9 +2,10 @@
 
 Delivery visits only the neurons that fired. On a CPU, ``jnp.nonzero`` (a
 cumulative sum over all ``n`` neurons) costs 0.6-1.5 ms a step at 77 k
-neurons, so :func:`fired_ids` takes the ``lax.top_k``-over-blocks path of
-``examples/ei_kernels.py`` for small counts and :func:`first_fired` picks
-the smallest of a few fixed sizes that holds this step's spikes (a chain of
+neurons, so :func:`fired_ids` takes a ``lax.top_k``-over-blocks path for
+small counts (unsorted, it also serves the integer-count kernels of
+:mod:`~brainshard._models.counts`) and :func:`first_fired` picks the
+smallest of a few fixed sizes that holds this step's spikes (a chain of
 ``lax.cond``: the first test, the usual few spikes, decides; on XLA:CPU a
 many-way ``lax.switch`` costs about as much as a small delivery).
 
@@ -34,10 +35,11 @@ __all__ = ["EVENT_SIZES", "fired_ids", "first_fired"]
 EVENT_SIZES = (4, 16, 64, 256, 1024)
 
 
-def fired_ids(fired: jax.Array, size: int, block: int = 16) -> jax.Array:
+def fired_ids(fired: jax.Array, size: int, block: int = 16, *,
+              sort: bool = True) -> jax.Array:
   """int32 ``[size]``: the ids of the neurons that fired, increasing, then
   ``n`` (= ``fired.shape[0]``) as filler; correct when at most ``size``
-  fired.
+  fired. ``sort=False`` skips the sort (for order-free integer counts).
 
   Two ``lax.top_k`` calls over blocks of ``block`` neurons (first the blocks
   with a spike, then the neurons in those): on a CPU 3-7x faster than one
@@ -55,7 +57,7 @@ def fired_ids(fired: jax.Array, size: int, block: int = 16) -> jax.Array:
     _, hit = jax.lax.top_k(blocks.any(1).astype(jnp.float32), size)
     val, j = jax.lax.top_k(blocks[hit].ravel().astype(jnp.float32), size)
     ids = jnp.where(val > 0, hit[j // block] * block + j % block, n)
-  return jnp.sort(ids).astype(jnp.int32)
+  return (jnp.sort(ids) if sort else ids).astype(jnp.int32)
 
 
 def first_fired(fired: jax.Array, count, cap: int,

@@ -32,8 +32,10 @@ network is chaotic), so :data:`RATE_RANGE` accepts 3-10 Hz for CUBA and
 How it is sharded: the neuron state is split over the mesh axis ``'x'``
 (``P('x')``). Connectivity has a fixed in-degree (``--in-degree K``, 80 =
 2% of the original 4000; weights scale with 80 / K so the rate stays in range
-at any ``--neurons N``), drawn from a hash of (seed, neuron, slot) in
-:mod:`examples.cuba.kernels`: either stored per shard as a push index built in place by
+at any ``--neurons N``), drawn from a hash of (seed, neuron, slot) by
+the library's integer-count kernels (``bs.models.hashed_presynaptic``,
+``deliver_counts``, ``pull_counts``: one weight per receptor, applied in
+the neuron update): either stored per shard as a push index built in place by
 ``bs.sharded_init`` (delivery visits only the neurons that fired) or
 regenerated every step (``--connectivity onthefly``, nothing in memory).
 Spikes are all-gathered every step, or every ``--delay D`` steps (the
@@ -43,8 +45,7 @@ same seed gives bit-identical spikes on any number of devices and with
 either connectivity or exchange. See docs/scale.md.
 
 The package, one idea per module: :mod:`~examples.cuba.params` (parameters,
-the neuron update, the mean rate), :mod:`~examples.cuba.kernels`
-(connectivity and spike delivery, pure JAX), :mod:`~examples.cuba.network`
+the neuron update, the mean rate), :mod:`~examples.cuba.network`
 (the States and how to run them), :mod:`~examples.cuba.step` (what a shard
 computes per step), :mod:`~examples.cuba.plots` and :mod:`~examples.cuba.cli`.
 

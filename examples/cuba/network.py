@@ -14,7 +14,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import brainshard as bs
-from examples.cuba import kernels
+from brainshard import models as bm
 from examples.cuba import step as shard_step
 from examples.cuba.params import Params
 
@@ -88,10 +88,10 @@ class EINetwork:
 
     @bs.sharded_init(mesh=self.mesh)
     def init():
-      pre = kernels.presynaptic(jnp.arange(p.n), p.k, n=p.n, n_exc=p.n_exc,
-                                k=p.k, seed=self.seed)
+      pre = bm.hashed_presynaptic(jnp.arange(p.n), p.k, n=p.n,
+                                  n_exc=p.n_exc, k=p.k, seed=self.seed)
       pre = pre.reshape(n_shards, n_local, p.k)
-      indptr, indices = jax.vmap(kernels.csr_from_table, (0, None))(pre, p.n)
+      indptr, indices = jax.vmap(bm.csr_from_table, (0, None))(pre, p.n)
       return (bs.ParamState(indptr.reshape(-1), name="indptr", spec=P("x")),
               bs.ParamState(indices.reshape(-1), name="indices", spec=P("x")))
 

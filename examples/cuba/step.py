@@ -10,7 +10,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from examples.cuba import kernels
+from brainshard import models as bm
 from examples.cuba.params import neuron_update
 
 
@@ -19,11 +19,11 @@ def count_inputs(net: Any, fired):
   p = net.params
   if net.connectivity == "onthefly":
     rows = jax.lax.axis_index("x") * net.n_local + jnp.arange(net.n_local)
-    return kernels.deliver_pull(fired, rows, n=p.n, n_exc=p.n_exc, k=p.k,
-                                seed=net.seed)
-  return kernels.deliver_events(fired, net.indptr.value, net.indices.value,
-                                n_local=net.n_local, n_exc=p.n_exc,
-                                max_degree=net.max_degree)
+    return bm.pull_counts(fired, rows, n=p.n, n_exc=p.n_exc, k=p.k,
+                          seed=net.seed)
+  return bm.deliver_counts(fired, net.indptr.value, net.indices.value,
+                           n_local=net.n_local, n_exc=p.n_exc,
+                           max_degree=net.max_degree)
 
 
 def gather(net: Any, spikes, axis: int):
