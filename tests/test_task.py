@@ -1,6 +1,7 @@
 """Sub-mesh tasks (MPMD): bs.task, bs.split_mesh, bs.check_disjoint."""
 
 import pathlib
+import warnings
 import sys
 
 import jax
@@ -190,3 +191,35 @@ def test_run_tasks_counts_blocks_as_devices_finish_them(capsys):
   # without a bar it returns before the devices finish
   (oa, _), _ = bs.run_tasks(step, (None, None), 3, max_inflight=None)
   assert not oa.is_ready()
+
+
+def test_tasks_share_a_table_the_first_placement_stays():
+  """A read-only table made from a plain array, read by tasks on two
+  sub-meshes: the first task places it on its mesh; the other reads a copy
+  and warns once naming it (no error: no user put it elsewhere); numbers
+  equal the unsharded ones."""
+  mesh_a, mesh_b = halves()
+  table = bs.State(jnp.arange(4.0), name="lookup")
+  va = state_on(mesh_a, jnp.zeros(8), "va")
+  vb = state_on(mesh_b, jnp.zeros(8), "vb")
+
+  def step_a():
+    va.value = va.value + table.value.sum()
+
+  def step_b():
+    vb.value = vb.value - table.value[1]
+
+  task_a = bs.task(step_a, mesh=mesh_a, out_specs=P())
+  task_b = bs.task(step_b, mesh=mesh_b, out_specs=P())
+  task_a()
+  placed = table.value
+  assert placed.sharding.device_set == set(mesh_a.devices.flat)
+  with pytest.warns(UserWarning, match="'lookup'.*devices 0-3.*devices 4-7"):
+    task_b()
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")  # once, not every call
+    task_b()
+    task_a()
+  assert table.value is placed  # the first placement stays
+  np.testing.assert_array_equal(np.asarray(va.value), np.full(8, 12.0))
+  np.testing.assert_array_equal(np.asarray(vb.value), np.full(8, -2.0))

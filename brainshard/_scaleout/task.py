@@ -159,7 +159,8 @@ class Task:
 
   def __call__(self, *args, **kwargs):
     args = tuple(self._move_arg(a, i) for i, a in enumerate(args))
-    self._check_states(self.states(*args, **kwargs))
+    d = self._jit.stateful.discover(*args, **kwargs)
+    self._check_states(_own(d.read_states, d.write_states))
     return self._jit(*args, **kwargs)
 
   def states(self, *args, **kwargs) -> tuple[State, ...]:
@@ -221,6 +222,16 @@ class Task:
               lambda x: move_array(x, replicated, self.name), s._value)
 
 
+def _own(reads: Sequence[State], writes: Sequence[State]) -> list[State]:
+  """The States a task must find on its mesh: all it reads, except those
+  it only reads that another program placed (a table two tasks share). Their
+  first placement stays; this task's program reads a copy and warns once,
+  naming the State (_core/placement.py ``keep_placed``)."""
+  written = {id(s) for s in writes}
+  return [s for s in reads
+          if id(s) in written or not s._placed_by_program()]
+
+
 def task(fun: Callable | None = None, *, mesh: Mesh, in_specs: Any = P(),
          out_specs: Any = P(), state_in_specs: Any = None,
          state_out_specs: Any = None, move_states: bool = False,
@@ -236,6 +247,10 @@ def task(fun: Callable | None = None, *, mesh: Mesh, in_specs: Any = P(),
     ``bs.sharded_init(..., mesh=submesh)`` or ``bs.place``); one on other
     devices is an error naming it and both device sets, raised before
     anything runs, unless ``move_states=True`` (then it is moved here);
+    a State made from a plain array is placed here by the first call, and
+    one that only this task reads but another task's program placed first
+    (a shared table) stays there: this task reads a copy and warns once,
+    naming it;
   - an argument produced on another mesh (another task's output) is moved
     to this mesh with ``jax.device_put`` (device to device) when consumed;
     outputs stay where they were produced;
