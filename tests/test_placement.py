@@ -277,3 +277,21 @@ def test_programs_on_two_meshes_the_first_placement_stays():
     np.testing.assert_array_equal(on_b(xb), np.full(8, 6.0))
     np.testing.assert_array_equal(on_a(xa), np.full(8, 6.0))
   assert table.value is placed
+
+
+def test_under_a_foreign_jit_nothing_is_kept(axis_type):
+  """``jax.jit`` around ``bs.jit(bs.shard_map(...))`` that reads a table
+  made from a plain array: the move is traced there, so the State keeps its
+  value (no tracer); a later eager call places it."""
+  m = mesh((8,), ("x",), axis_type)
+  table = bs.State(jnp.arange(8.0), name="table")
+  inner = bs.jit(bs.shard_map(lambda x: x * table.value[3], m, (P("x"),),
+                              P("x")))
+  before = table.value
+  x = jnp.ones(16)
+  with jax.set_mesh(m):
+    out = jax.jit(lambda x: inner(x))(x)
+  assert table.value is before and table.sharding is None
+  np.testing.assert_array_equal(np.asarray(out), np.full(16, 3.0))
+  inner(jax.device_put(x, NamedSharding(m, P("x"))))
+  assert_on_mesh(table, m, P())

@@ -310,6 +310,8 @@ def keep_placed(state: State, old: Any, new: Any, where: str,
   per program and State) naming the State.
   """
   olds, news = jax.tree.leaves(old), jax.tree.leaves(new)
+  if compat.is_traced(news) or not compat.at_top_level():
+    return  # under a foreign trace (jax.jit) the move is traced: keep nothing
   if any(map(_placed_elsewhere, olds, news)):
     if id(state) not in warned:
       warned.add(id(state))
