@@ -295,3 +295,23 @@ def test_under_a_foreign_jit_nothing_is_kept(axis_type):
   np.testing.assert_array_equal(np.asarray(out), np.full(16, 3.0))
   inner(jax.device_put(x, NamedSharding(m, P("x"))))
   assert_on_mesh(table, m, P())
+
+
+@pytest.mark.parametrize("jitted", [False, True], ids=["eager", "jit"])
+def test_a_pytree_table_is_placed_once(jitted):
+  """A read-only pytree State (placed leaf by leaf): placed by the first
+  call, then the same value object on every later call."""
+  m = mesh((8,), ("x",))
+  table = bs.State({"a": jnp.arange(4.0), "b": jnp.ones((2, 2))}, name="t")
+  step = bs.shard_map(lambda x: x * (table.value["a"].sum()
+                                     + table.value["b"].sum()),
+                      m, (P("x"),), P("x"))
+  if jitted:
+    step = bs.jit(step)
+  x = jax.device_put(jnp.ones(16), NamedSharding(m, P("x")))
+  step(x)
+  assert_on_mesh(table, m, P())
+  placed = table.value
+  out = step(x)
+  assert table.value is placed
+  np.testing.assert_array_equal(np.asarray(out), np.full(16, 10.0))

@@ -1,4 +1,4 @@
-"""Placing eager ``shard_map`` inputs on the mesh, cheaply.
+"""Placing program inputs on the mesh, cheaply, and keeping them there.
 
 An eager ``bs.shard_map`` call runs one cached ``jax.jit`` per mesh; its
 inputs (the states' values and the arguments) must arrive with the
@@ -7,13 +7,20 @@ shardings the program was compiled for. In the steady state they already do
 to nothing: targets are precomputed per plan, and the generated call
 (_core/fastcall.py) compares shardings inline, coming here only to move what is
 not placed right.
+
+A State is placed once: a read-only State moved for a call (a lookup table
+made from a plain array, on one device) gets its placed value back
+(:func:`keep_placed`), so later calls move nothing; a written one holds the
+program's output, placed already. Programs with a ``shard_map`` inside
+(``bs.jit``, loops, the Runner's chunks) place the States it reads up front
+(:class:`HintedPlacement`), before the first compile, so no later call
+compiles again.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
-
 import warnings
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 import jax
 from jax.sharding import NamedSharding, PartitionSpec as P, SingleDeviceSharding
@@ -82,13 +89,15 @@ class Placement:
 
   def _put_tree(self, value: Any, specs: Sequence[P], owner) -> Any:
     leaves, treedef = jax.tree.flatten(value)
-    out = []
+    out, moved = [], False
     for x, spec in zip(leaves, specs, strict=True):
       target = self._sharding(spec)
       if not (isinstance(x, jax.Array) and same_placement(x, target)):
-        x = self._move(x, target, owner)
+        x, moved = self._move(x, target, owner), True
       out.append(x)
-    return jax.tree.unflatten(treedef, out)
+    # Nothing moved: the value itself, so a State placed right keeps its
+    # value object (and the caller sees that nothing needs keeping).
+    return jax.tree.unflatten(treedef, out) if moved else value
 
   def _state_target(self, state: State) -> NamedSharding | None:
     """The one target of a state whose value is a single array; None for
