@@ -48,3 +48,31 @@ def test_visualize_draws_one_leaf(mesh, capsys):
     bs.visualize(w)
   with pytest.raises(KeyError, match="no leaf"):
     bs.visualize(w, leaf="['x']")
+
+
+def test_describe_flags_states_left_on_one_device(mesh):
+  """A State made from a plain array beside mesh-spread ones is marked,
+  named in a note that says how to place it; after a program on the mesh
+  reads it, it is placed and the mark is gone."""
+  v = bs.State(jnp.zeros(16), "v", spec=P("x"))
+  table = bs.State(jnp.arange(4.0), "table")
+  bs.place(v, mesh)
+  assert bs.describe([table]).unplaced == []  # nothing on a mesh: no flag
+  described = bs.describe([v, table])
+  assert described.unplaced == ["table"]
+  lines = str(described).splitlines()
+  row = next(line for line in lines if line.startswith("table"))
+  assert " *" in row and not any(
+      line.startswith("v ") and "*" in line for line in lines)
+  assert "one device beside States spread over a mesh: table." in lines[-1]
+  assert "bs.place(state, mesh)" in lines[-1]
+
+  @bs.jit
+  @bs.shard_map(mesh=mesh, out_specs=P())
+  def step():
+    v.value = v.value + table.value.sum()
+
+  step()
+  placed = bs.describe([v, table])
+  assert placed.unplaced == [] and "*" not in str(placed)
+  assert placed[1].spec == "P()" and placed[1].devices == 8

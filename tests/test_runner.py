@@ -569,3 +569,86 @@ def test_records_that_fail_to_be_written_leave_a_consistent_run(
   res = runner.run(32 * 3)  # and the run goes on from there
   assert res.steps == 160
   assert_matches_reference(res, v, 160, noise=True, rng=rng)
+# -- placement sticks; ahead-of-time compile (issue 21, item 2) --------------
+
+
+def counter_net(mesh=None):
+  """v (split over 'x' on a mesh), a lookup table and a step counter made
+  from plain arrays (one device); the step and a list of its traces."""
+  put = ((lambda x: jax.device_put(x, NamedSharding(mesh, P("x"))))
+         if mesh is not None else (lambda x: x))
+  v = bs.State(put(jnp.linspace(0.0, 0.9, 64)), name="v",
+               spec=None if mesh is None else P("x"))
+  table = bs.State(jnp.linspace(0.0, 0.2, 8), name="table")
+  count = bs.State(jnp.zeros((), jnp.int32), name="count")
+  traces = []
+
+  def local():
+    traces.append(1)
+    count.value = count.value + 1
+    x = v.value * 0.9 + table.value[count.value % 8]
+    spikes = x > 1.0
+    v.value = jnp.where(spikes, 0.0, x)
+    return spikes
+
+  step = local if mesh is None else bs.shard_map(
+      local, mesh=mesh, in_specs=(), out_specs=P("x"))
+  return v, table, count, step, traces
+
+
+def test_a_continued_run_compiles_and_traces_nothing(axis_type):
+  """States made from plain arrays are placed by the first chunk and stay:
+  the second run compiles nothing and runs no Python; numbers equal the
+  unsharded run's."""
+  mesh = jax.make_mesh((8,), ("x",), axis_types=(axis_type,))
+  v, table, count, step, traces = counter_net(mesh)
+  runner = bs.Runner(step, {"s": bs.SpikeMonitor()}, chunk=16,
+                     progress=False)
+  with compile_log() as names:
+    runner.run(16)  # one chunk
+  assert names.count("jit(chunk16_local)") == 1
+  for s in (table, count):
+    assert s.sharding.mesh == mesh and s.sharding.spec in (P(), P(None))
+  n_traces = len(traces)
+  with compile_log() as names:
+    res = runner.run(64)
+  assert names == [] and len(traces) == n_traces
+  v1, _, count1, step1, _ = counter_net()
+  ref = bs.Runner(step1, {"s": bs.SpikeMonitor()}, chunk=80, progress=False)
+  want = ref.run(80)
+  np.testing.assert_array_equal(np.asarray(v.value), np.asarray(v1.value))
+  assert int(count.value) == int(count1.value) == 80
+  np.testing.assert_array_equal(res.s.steps, want.s.steps)
+  np.testing.assert_array_equal(res.s.neurons, want.s.neurons)
+
+
+def test_compile_ahead_of_time_then_the_run_compiles_nothing():
+  mesh = jax.make_mesh((8,), ("x",))
+  v, table, count, step, _ = counter_net(mesh)
+  runner = bs.Runner(step, {"s": bs.SpikeMonitor()}, chunk=16,
+                     progress=False)
+  with compile_log() as names:
+    seconds = runner.compile(40)  # 16, 16, 8: two programs
+  assert sorted(n for n in names if "chunk" in n) == [
+      "jit(chunk16_local)", "jit(chunk8_local)"]
+  assert seconds > 0 and runner.step_count == 0 and int(count.value) == 0
+  assert table.sharding.mesh == mesh  # placed on the way
+  assert runner.compile(40) == 0.0
+  with compile_log() as names:
+    runner.run(40)
+  assert not [n for n in names if "chunk" in n]
+  assert int(count.value) == 40
+
+
+def test_a_run_that_must_compile_again_warns_naming_the_state():
+  v, table, count, step, _ = counter_net()
+  runner = bs.Runner(step, {"s": bs.SpikeMonitor()}, chunk=16,
+                     progress=False)
+  runner.run(32)
+  table.value = jnp.linspace(0.0, 0.2, 16)  # a new shape: must compile
+  with pytest.warns(UserWarning, match=r"16-step chunk program compiles "
+                    r"again.*State 'table' was float32\[8\].*now "
+                    r"float32\[16\]"):
+    with compile_log() as names:
+      runner.run(32)
+  assert "jit(chunk16_local)" in names

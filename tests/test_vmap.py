@@ -431,8 +431,10 @@ def test_docs_ensemble_demos_run(capsys):
   close(V.value, v, tol=1e-5)
   exec(compile(second, "docs/ensemble.md", "exec"), scope)
   assert "(8,)" in capsys.readouterr().out
+  # tau now lives split over the mesh where the sharded call read it (a
+  # State is placed once); the reference takes its numbers.
   close(V.value, jax.vmap(lambda v, t: v + (-v + W.value @ v + 1.0) / t)(
-      v, tau.value), tol=1e-5)
+      v, np.asarray(tau.value)), tol=1e-5)
 
 
 def test_jax_grad_around_a_reading_vmap_and_cond_inside_members():

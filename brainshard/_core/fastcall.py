@@ -131,7 +131,12 @@ def _placement_checks(program: Any, fast: tuple, ns: dict,
     if target is None:  # a state the placement leaves as it is
       continue
     ns[f"T{i}"] = target
-    tests.append(f"type({name}) is not _Array or {name}.sharding != T{i}")
+    test = f"type({name}) is not _Array or {name}.sharding != T{i}"
+    short = _short_spelling(target)
+    if short is not None:  # placed by hand as P(), not P(None, ...)
+      ns[f"S{i}"] = short
+      test = f"{test} and {name}.sharding != S{i}"
+    tests.append(test)
   tests.append("kwargs")
   lines = [f"if {' or '.join(tests)}:"]
   if local_names:
@@ -147,3 +152,19 @@ def _placement_checks(program: Any, fast: tuple, ns: dict,
     ns["_place_args"] = place_args
     lines += ["if args:", "  args = _place_args(args)"]
   return lines
+
+
+def _short_spelling(target: Any) -> Any:
+  """``target`` spelled without trailing Nones (P('x') for P('x', None)),
+  or None where that is the same spelling or ``target`` is not a
+  NamedSharding. JAX spells outputs full-rank, ``bs.place`` and
+  ``device_put(x, NamedSharding(mesh, P()))`` short: both must pass the
+  inline check, or a State placed by hand would take the generic path on
+  every call."""
+  spec = getattr(target, "spec", None)
+  if spec is None or not spec or spec[-1] is not None:
+    return None
+  entries = list(spec)
+  while entries and entries[-1] is None:
+    entries.pop()
+  return type(target)(target.mesh, type(spec)(*entries))

@@ -1,4 +1,4 @@
-"""Placing eager ``shard_map`` inputs on the mesh, cheaply.
+"""Placing program inputs on the mesh, cheaply, and keeping them there.
 
 An eager ``bs.shard_map`` call runs one cached ``jax.jit`` per mesh; its
 inputs (the states' values and the arguments) must arrive with the
@@ -7,14 +7,23 @@ shardings the program was compiled for. In the steady state they already do
 to nothing: targets are precomputed per plan, and the generated call
 (_core/fastcall.py) compares shardings inline, coming here only to move what is
 not placed right.
+
+A State is placed once: a read-only State moved for a call (a lookup table
+made from a plain array, on one device) gets its placed value back
+(:func:`keep_placed`), so later calls move nothing; a written one holds the
+program's output, placed already. Programs with a ``shard_map`` inside
+(``bs.jit``, loops, the Runner's chunks) place the States it reads up front
+(:class:`HintedPlacement`), before the first compile, so no later call
+compiles again.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 import jax
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P, SingleDeviceSharding
 
 from brainshard._core import compat
 from brainshard._core.compat import ArrayImpl
@@ -27,7 +36,7 @@ if TYPE_CHECKING:
   from brainshard._transforms.shard_map import ShardMappedFunction
 
 __all__ = ["Placement", "PlacementHint", "HintedPlacement", "canonical_spec",
-           "same_placement"]
+           "same_placement", "keep_placed"]
 
 _ARRAYS = frozenset({ArrayImpl})
 
@@ -52,6 +61,7 @@ class Placement:
     self._state_specs: dict[int, tuple[Any, list[P]]] = {}
     self._arg_targets: dict[Any, list[NamedSharding]] = {}
     self._plan_targets: dict[int, tuple[Any, list, list]] = {}
+    self._warned: set[int] = set()  # states told they get a copy here
 
   def _sharding(self, spec: P) -> NamedSharding:
     s = self._shardings.get(spec)
@@ -79,13 +89,15 @@ class Placement:
 
   def _put_tree(self, value: Any, specs: Sequence[P], owner) -> Any:
     leaves, treedef = jax.tree.flatten(value)
-    out = []
+    out, moved = [], False
     for x, spec in zip(leaves, specs, strict=True):
       target = self._sharding(spec)
       if not (isinstance(x, jax.Array) and same_placement(x, target)):
-        x = self._move(x, target, owner)
+        x, moved = self._move(x, target, owner), True
       out.append(x)
-    return jax.tree.unflatten(treedef, out)
+    # Nothing moved: the value itself, so a State placed right keeps its
+    # value object (and the caller sees that nothing needs keeping).
+    return jax.tree.unflatten(treedef, out) if moved else value
 
   def _state_target(self, state: State) -> NamedSharding | None:
     """The one target of a state whose value is a single array; None for
@@ -121,7 +133,10 @@ class Placement:
       return targets, self._sharding(spec), None
     return targets, None, self._place_args
 
-  def _place_states(self, states, values: list, targets: list) -> list:
+  def _place_states(self, states, values: list, targets: list,
+                    writes: frozenset = frozenset()) -> list:
+    """Places each value; a read-only state keeps its placed value (see
+    :func:`keep_placed`), so the next call moves nothing."""
     name = self.owner.name
     for i, (x, t) in enumerate(zip(values, targets)):
       owner = lambda s=states[i]: f"{name}: {s._label()}"  # noqa: E731
@@ -130,6 +145,8 @@ class Placement:
           values[i] = self._move(x, t, owner)
       else:
         values[i] = self._put_tree(x, self._specs_of_state(states[i], x), owner)
+      if values[i] is not x and id(states[i]) not in writes:
+        keep_placed(states[i], x, values[i], name, self._warned)
     return values
 
   # -- arguments --------------------------------------------------------------
@@ -178,7 +195,7 @@ class Placement:
   def place(self, plan, cand: list, rest: list, args: tuple, kwargs: dict):
     cand_targets, rest_targets = self._targets(plan)
     cand = self._place_states(plan.cand, cand, cand_targets)
-    rest = self._place_states(plan.rest, rest, rest_targets)
+    rest = self._place_states(plan.rest, rest, rest_targets, plan.write_ids)
     if args:
       args = self._place_args(args)
     if kwargs:
@@ -231,45 +248,113 @@ class PlacementHint(NamedTuple):
 
 
 class HintedPlacement:
-  """Puts the read-and-written states of a compiled program where the
-  ``shard_map`` inside it reads them, before the call.
+  """Puts the states a compiled program reads where the ``shard_map``
+  inside it needs them, before the call, and keeps them there.
 
   A state created unplaced (``jnp.zeros``) would otherwise enter the first
-  call on one device and leave it sharded: the second call would see a new
-  input sharding and compile again, and the first call's donation would be
-  unusable. Read-only states are left alone: their placement does not change
-  between calls, so they cannot cause a recompile.
+  call on one device: a written one would leave it spread over the mesh, so
+  the second call would see a new input sharding and compile again (and the
+  first call's donation would be unusable); a read-only one would be moved
+  by ``jax.jit`` on every call. So each hinted state is placed where the
+  program will find it in the steady state -- where the ``shard_map``
+  leaves it if written, where it reads it if not -- and a read-only state
+  keeps its placed value (:func:`keep_placed`).
   """
 
-  def __init__(self, hints: dict):
+  def __init__(self, hints: dict, name: str = "a compiled program"):
     self.hints = hints
+    self.name = name
+    self._warned: set[int] = set()  # states told they get a copy here
+
+  def _target(self, state: State):
+    h = self.hints.get(id(state))
+    if h is None:
+      return None
+    return h.reads if h.leaves is None else h.leaves
 
   def targets(self, states: Sequence[State]) -> list:
-    """Per state, its hinted leaf shardings (None where there is no hint)."""
-    return [None if (h := self.hints.get(id(s))) is None else h.reads
-            for s in states]
+    """Per state, its steady-state leaf shardings (None: no hint)."""
+    return [self._target(s) for s in states]
 
   def place(self, plan, cand: list, rest: list, args: tuple, kwargs: dict):
-    for i, (x, target) in enumerate(zip(cand, self.targets(plan.cand), strict=True)):
-      if target is not None:
-        leaves, treedef = jax.tree.flatten(x)
-        if compat.is_traced(leaves):
-          continue  # called inside an enclosing trace, which places inputs
-        if not all(isinstance(a, jax.Array) and same_placement(a, t)
-                   for a, t in zip(leaves, target, strict=True)):
-          cand[i] = jax.tree.unflatten(treedef, [
-              jax.device_put(a, t) for a, t in zip(leaves, target, strict=True)])
+    self._place(plan.cand, cand, frozenset(map(id, plan.cand)))
+    self._place(plan.rest, rest, plan.write_ids)
     return cand, rest, args, kwargs
+
+  def _place(self, states: Sequence[State], values: list, writes) -> None:
+    for i, (x, target) in enumerate(zip(values, self.targets(states),
+                                        strict=True)):
+      if target is None:
+        continue
+      leaves, treedef = jax.tree.flatten(x)
+      if compat.is_traced(leaves):
+        continue  # called inside an enclosing trace, which places inputs
+      if not all(isinstance(a, jax.Array) and same_placement(a, t)
+                 for a, t in zip(leaves, target, strict=True)):
+        values[i] = jax.tree.unflatten(treedef, [
+            jax.device_put(a, t) for a, t in zip(leaves, target, strict=True)])
+        if id(states[i]) not in writes:
+          keep_placed(states[i], x, values[i], self.name, self._warned)
 
   def fast_targets(self, plan):
     """One target per read state for the generated call's inline check
     (None: not checked), or None where a hinted state is a pytree."""
     targets = []
-    for s, t in zip(plan.cand, self.targets(plan.cand), strict=True):
+    for s, t in zip(plan.reads, self.targets(plan.reads), strict=True):
       if t is not None and (len(t) != 1 or not isinstance(s._value, jax.Array)):
         return None
       targets.append(None if t is None else _full_rank(t[0], s._value.ndim))
-    return targets + [None] * len(plan.rest), None, None
+    return targets, None, None
+
+
+def keep_placed(state: State, old: Any, new: Any, where: str,
+                warned: set[int]) -> None:
+  """Puts ``new`` -- the State's value ``old``, moved where program
+  ``where`` reads it -- back into the State, so later calls move nothing.
+
+  The value is the same array, just placed, so this is not a write. Where
+  ``old`` already lives on other devices (another program, say a task on
+  another sub-mesh, placed it there), that first placement stays: this
+  program got a copy, and every call will copy again, so it warns (once
+  per program and State) naming the State.
+  """
+  olds, news = jax.tree.leaves(old), jax.tree.leaves(new)
+  if compat.is_traced(news) or not compat.at_top_level():
+    return  # under a foreign trace (jax.jit) the move is traced: keep nothing
+  if any(map(_placed_elsewhere, olds, news)):
+    if id(state) not in warned:
+      warned.add(id(state))
+      warnings.warn(
+          f"{where}: {state._label()} lives on devices "
+          f"{_ids(olds)}, where another program placed it, but this program "
+          f"reads it on devices {_ids(news)}. Its first placement stays: "
+          "every call copies it here (device to device). To avoid the copy, "
+          "give this program its own State on its mesh (e.g. "
+          "bs.place(state.copy(), mesh)).", UserWarning, stacklevel=2)
+    return
+  if state._value is old:
+    state._keep_placed(new)
+
+
+def _placed_elsewhere(old: Any, new: Any) -> bool:
+  """``old`` lies on a mesh (not just on one device, where a plain array
+  starts) whose devices differ from ``new``'s."""
+  if not isinstance(old, jax.Array) or not old.committed:
+    return False
+  s = old.sharding
+  return (not isinstance(s, SingleDeviceSharding)
+          and s.device_set != new.sharding.device_set)
+
+
+def _ids(leaves: Sequence[Any]) -> str:
+  devices = set()
+  for x in leaves:
+    if isinstance(x, jax.Array):
+      devices |= x.sharding.device_set
+  ids = sorted(d.id for d in devices)
+  if len(ids) > 2 and ids == list(range(ids[0], ids[-1] + 1)):
+    return f"{ids[0]}-{ids[-1]}"
+  return ",".join(map(str, ids))
 
 
 def _full_rank(sharding: NamedSharding, ndim: int) -> NamedSharding:

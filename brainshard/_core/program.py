@@ -31,7 +31,8 @@ from brainshard._core.args import StaticArgs, fun_name
 from brainshard._core.discovery import StatefulFunction, evaluate
 from brainshard._core.errors import Rediscover
 from brainshard._core.frames import (
-    ReplayFrame, gather_values, replay, union, write_results)
+    ReplayFrame, current_signature, gather_values, replay, union,
+    write_results)
 from brainshard._core.placement import HintedPlacement
 from brainshard._core.state import SLOT_LOCK, State, _frames
 
@@ -71,10 +72,11 @@ class Program:
     self.rest = tuple(s for s in reads if id(s) not in cand_ids)
     self.reads = self.cand + self.rest
     self.writes = tuple(writes)
+    self.write_ids = frozenset(write_ids)
     self.auto = donate == "auto"
     self.place, self.place_targets = owner.place, owner.place_targets
-    if self.place is None and any(id(s) in hints for s in self.cand):
-      placement = HintedPlacement(hints)
+    if self.place is None and any(id(s) in hints for s in self.reads):
+      placement = HintedPlacement(hints, owner.name)
       self.place, self.place_targets = placement.place, placement.fast_targets
     nc = self.nc = len(self.cand)
 
@@ -130,7 +132,7 @@ class Program:
     """Evaluates the discovery's jaxpr when it was traced for exactly this
     signature and state set, so the first call runs the Python body once.
     Returns None where a fresh trace of the function is needed."""
-    d, _, _, leaves = self.owner.stateful.lookup(args, kwargs)
+    d, leaves = _discovered(self.owner.stateful, args, kwargs)
     if d is None or d.write_states != self.writes or (
         {id(s) for s in d.read_states} != {id(s) for s in self.reads}) or any(
             compat.is_traced(c) for c in d.jaxpr.consts):
@@ -197,6 +199,27 @@ class Program:
 
   def on_type_error(self) -> None:
     gather_values(self.reads, self.owner.name)  # the State's own error, if any
+
+
+def _discovered(stateful: StatefulFunction, args, kwargs):
+  """The cached discovery of this call and its argument leaves, valid while
+  each state keeps its shape and dtype: placing a state (placement.py's
+  ``keep_placed``) changes its aval's sharding on an Explicit mesh, not
+  what the jaxpr computes, so the first call still runs the body once."""
+  d, call, key, leaves = stateful.lookup(args, kwargs)
+  if d is None:
+    d = stateful._cache.get(key)
+    if d is not None and not all(
+        map(_same_but_placement, map(current_signature, d.states),
+            d.state_sigs)):
+      d = None
+  return d, leaves
+
+
+def _same_but_placement(a, b) -> bool:
+  return a[0] == b[0] and len(a[1]) == len(b[1]) and all(
+      (x.shape, x.dtype, x.weak_type) == (y.shape, y.dtype, y.weak_type)
+      for x, y in zip(a[1], b[1]))
 
 
 class StatefulJit:

@@ -200,6 +200,7 @@ class State(StateExtras):
     self._created_in: str | None = None
     self._sig: Signature | None = None
     self._value = _UNSET
+    self._placed = None  # see _keep_placed
     self._order = next(_creation_counter)
     frame = current_frame()
     if frame is not None:
@@ -380,6 +381,22 @@ class State(StateExtras):
     self._value = value
     self._sig = None
     self._created_in = None
+    self._placed = None
+
+  def _keep_placed(self, value: Any) -> None:
+    """Replaces the value by the same value placed where a program reads it
+    (not a write: see _core/placement.py ``keep_placed``)."""
+    self._value = value
+    self._sig = None
+    leaf = jax.tree.leaves(value)[:1]
+    # A weak reference: a second strong one would stop donation.
+    self._placed = weakref.ref(leaf[0]) if leaf else None
+
+  def _placed_by_program(self) -> bool:
+    """Whether a program, not the user, put the value where it lives."""
+    ref = self._placed
+    leaf = jax.tree.leaves(self._value)[:1] if ref is not None else ()
+    return bool(leaf) and ref() is leaf[0]
 
 
 class ParamState(State):

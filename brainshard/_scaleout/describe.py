@@ -70,6 +70,24 @@ class StateTable(list):
         per[d] = per.get(d, 0) + row.bytes_per_device
     return max(per.values(), default=0)
 
+  @property
+  def unplaced(self) -> list[str]:
+    """Names of the rows left on one device (a State made from a plain
+    array) beside rows spread over a mesh: a program reading them on the
+    mesh moves them there. Empty where nothing is spread over a mesh.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, brainshard as bs
+      >>> mesh = jax.make_mesh((2,), ('x',))
+      >>> v = bs.State(jnp.zeros(4), 'v', spec=jax.P('x'))
+      >>> _ = bs.place(v, mesh)
+      >>> bs.describe([v, bs.State(jnp.zeros(3), 'table')]).unplaced
+      ['table']
+    """
+    if not any(r.devices > 1 for r in self):
+      return []
+    return [r.name for r in self if _on_one_device(r)]
+
   def __str__(self) -> str:
     head = ("name", "type", "shape", "dtype", "spec", "devices",
             "bytes/device")
@@ -77,16 +95,32 @@ class StateTable(list):
     groups = {frozenset(d) for d in self._devices if d}
     which = (lambda d: f"{len(d)} ({device_ids(d)})") if len(groups) > 1 else (
         lambda d: str(len(d)))
-    body = [(r.name, r.type, str(r.shape), r.dtype, r.spec, which(d),
+    marked = set(self.unplaced)
+    body = [(r.name, r.type, str(r.shape), r.dtype,
+             r.spec + (" *" if r.name in marked else ""), which(d),
              _bytes(r.bytes_per_device)) for r, d in zip(self, self._devices)]
     foot = ("total", "", "", "", "", "", _bytes(self.bytes_per_device))
     widths = [max(len(row[i]) for row in [head, *body, foot])
               for i in range(len(head))]
     fmt = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
     rule = "  ".join("-" * w for w in widths)
-    return "\n".join([fmt(head), rule, *map(fmt, body), rule, fmt(foot)])
+    lines = [fmt(head), rule, *map(fmt, body), rule, fmt(foot)]
+    if marked:
+      lines.append(_UNPLACED_NOTE.format(", ".join(sorted(marked))))
+    return "\n".join(lines)
 
   __repr__ = __str__
+
+
+_UNPLACED_NOTE = (
+    "* on one device beside States spread over a mesh: {}. A program on "
+    "the mesh moves such a State there on its first call and keeps it there; "
+    "to place it now (and size the run from this table), use "
+    "bs.place(state, mesh) or create it with bs.sharded_init.")
+
+
+def _on_one_device(row: StateInfo) -> bool:
+  return row.devices == 1 and row.spec.startswith("on ")
 
 
 def device_ids(devices: Any) -> str:

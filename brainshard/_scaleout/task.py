@@ -131,7 +131,8 @@ class Task:
 
   def __call__(self, *args, **kwargs):
     args = tuple(self._move_arg(a, i) for i, a in enumerate(args))
-    self._check_states(self.states(*args, **kwargs))
+    d = self._jit.stateful.discover(*args, **kwargs)
+    self._check_states(_own(d.read_states, d.write_states))
     return self._jit(*args, **kwargs)
 
   def states(self, *args, **kwargs) -> tuple[State, ...]:
@@ -177,7 +178,10 @@ class Task:
     moves = []
     for s in states:
       leaves = jax.tree.leaves(s._value)
-      if not any(self._elsewhere(x) or _unplaced(x) for x in leaves):
+      # A State placed nowhere is not an error: the call places it here
+      # once (_core/placement.py); move_states places it now, with its spec.
+      if not any(self._elsewhere(x) or (self.move_states and _unplaced(x))
+                 for x in leaves):
         continue
       if not self.move_states:
         raise ValueError(self._not_here(s, leaves))
@@ -192,11 +196,6 @@ class Task:
            "reads it.")
     arrays = [x for x in leaves if isinstance(x, jax.Array)]
     where = device_ids(set().union(*(x.sharding.device_set for x in arrays)))
-    if not any(self._elsewhere(x) for x in arrays):
-      return (f"{self.name}: {s._label()} was never placed on a mesh (its "
-              f"value sits uncommitted on device {where}), so this task's "
-              f"mesh (devices {device_ids(self.devices)}) would receive a "
-              f"copy on every call and the State would stay unplaced. {fix}")
     return (f"{self.name}: {s._label()} lives on devices {where}, outside "
             f"this task's mesh (devices {device_ids(self.devices)}). {fix}")
 
@@ -235,6 +234,16 @@ def _unplaced(x: Any) -> bool:
           and not x.committed)
 
 
+def _own(reads: Sequence[State], writes: Sequence[State]) -> list[State]:
+  """The States a task must find on its mesh: all it reads, except those
+  it only reads that another program placed (a table two tasks share). Their
+  first placement stays; this task's program reads a copy and warns once,
+  naming the State (_core/placement.py ``keep_placed``)."""
+  written = {id(s) for s in writes}
+  return [s for s in reads
+          if id(s) in written or not s._placed_by_program()]
+
+
 def task(fun: Callable | None = None, *, mesh: Mesh, in_specs: Any = P(),
          out_specs: Any = P(), state_in_specs: Any = None,
          state_out_specs: Any = None, move_states: bool = False,
@@ -248,12 +257,15 @@ def task(fun: Callable | None = None, *, mesh: Mesh, in_specs: Any = P(),
 
   - every State the step reads must live on ``submesh`` (create it there with
     ``bs.sharded_init(..., mesh=submesh)`` or ``bs.place``); one on other
-    devices, or one never placed on any mesh (a plain array on JAX's default
-    device), is an error naming it and the device sets, raised before
+    devices is an error naming it and both device sets, raised before
     anything runs or changes, unless ``move_states=True``: then it is moved
     here device to device, keeping its spec (the one the task reads it with:
     ``state_in_specs``, the State's ``spec`` or ``axes``; where that is
-    ``P()``, the split it has, if ``submesh`` has those axes);
+    ``P()``, the split it has, if ``submesh`` has those axes); a State made
+    from a plain array (placed nowhere) is placed here by the first call, and
+    one that only this task reads but another task's program placed first
+    (a shared table) stays there: this task reads a copy and warns once,
+    naming it;
   - an argument produced on another mesh (another task's output) is moved
     to this mesh device to device when consumed, also where its layout
     changes (``brainshard/_scaleout/move.py``: no host round trip on any

@@ -34,6 +34,7 @@ from brainshard._simulation.monitors import (
     RateMonitor, Recorder, SpikeMonitor, StateMonitor)
 from brainshard._simulation.progress_chunks import ChunkBar, StopButton
 from brainshard._simulation.records import Result, Store
+from brainshard._simulation.runner_programs import ProgramWatch
 from brainshard._core.state import State
 from brainshard._core.args import fun_name
 
@@ -127,6 +128,7 @@ class Runner:
     kinds = {n: _KINDS[type(m)] for n, m in self.recorder.monitors.items()}
     self.result = Result(kinds, {}, dt if dt is not None else 1.0, Store(store))
     self.result.start = self.step_count
+    self._programs = ProgramWatch(self.name)  # what each chunk compiled for
 
   def __repr__(self) -> str:
     t = "" if self.dt is None else f", t = {self.time:g} ms"
@@ -216,6 +218,7 @@ class Runner:
       result.start = self.step_count
     result.interrupted = False
     loop = self._make_loop(n)
+    self._programs.prepare(loop, n, self.step_count)  # places; warns if stale
     stop = StopButton()
     bar = self._bar(n)
     try:
@@ -233,6 +236,33 @@ class Runner:
         raise KeyboardInterrupt(msg)
       print(msg, file=sys.stderr)
     return result
+
+  def compile(self, steps: int | None = None, *,
+              duration: float | None = None) -> float:
+    """Compiles, ahead of time, the chunk programs a ``run`` of ``steps``
+    steps (or ``duration`` ms; default: one chunk) would use, so compile
+    time is measured apart from the run; the following ``run`` compiles
+    nothing. Places the States the step reads on the way. Returns the
+    seconds it took (0.0 if everything was compiled already).
+
+    Example:
+      >>> import brainshard as bs, jax.numpy as jnp
+      >>> v = bs.State(jnp.zeros(4), name='v')
+      >>> def step():
+      ...   v.value = v.value + 1.0
+      ...   return v.value > 2.0
+      >>> runner = bs.Runner(step, {'s': bs.SpikeMonitor()}, chunk=4,
+      ...                    progress=False)
+      >>> seconds = runner.compile(8)
+      >>> runner.compile(8), runner.run(8).steps
+      (0.0, 8)
+    """
+    if steps is None and duration is None:
+      n = self.chunk or 0
+    else:
+      n = self._n_steps(steps, duration)
+    loop = self._make_loop(n or None)
+    return self._programs.compile(loop, n or loop.chunk, self.step_count)
 
   def _bar(self, n: int) -> ChunkBar | None:
     if not self.progress:
