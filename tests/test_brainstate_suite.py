@@ -1,12 +1,14 @@
 """brainstate 0.5.4's own tests, run against brainshard (benchmarks/brainstate_suite).
 
-The slow tests run each area's brainstate test files in a subprocess through
+The slow tests (opt-in: ``BRAINSHARD_BRAINSTATE_SUITE=1``) run each area's brainstate test files in a subprocess through
 the name shim and fail if fewer pass than :data:`FLOOR` (a regression);
 they skip when brainstate 0.5.4's tests cannot be found (not installed, not
 cached; ``python -m benchmarks.brainstate_suite --download`` fetches them).
 The fast tests check the shim itself. ``python -m benchmarks.brainstate_suite``
 prints the table (docs/migrating-from-brainstate.md has the numbers).
 """
+
+import os
 
 import pytest
 
@@ -24,6 +26,12 @@ FLOOR = {
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("area", list(run.AREAS))
 def test_brainstate_suite_does_not_regress(area):
+  # Opt-in: all areas take 15-20 minutes on 2 cores, more than the whole
+  # suite's budget. BRAINSHARD_BRAINSTATE_SUITE=1 python -m pytest
+  # tests/test_brainstate_suite.py runs them.
+  if not os.environ.get("BRAINSHARD_BRAINSTATE_SUITE"):
+    pytest.skip("brainstate's own tests are opt-in: set "
+                "BRAINSHARD_BRAINSTATE_SUITE=1 (15-20 min on 2 cores)")
   package = locate.find()
   if package is None:
     pytest.skip("brainstate 0.5.4's tests not found (not installed or cached)")
