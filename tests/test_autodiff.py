@@ -272,6 +272,7 @@ def test_jacobians(kind):
   allclose(ours(f)(X)["h"], ref[2])
 
 
+@pytest.mark.slow
 def test_hessian():
   m = Model()
   f = lambda: jnp.sum(jnp.tanh(m.w.value) ** 3) * jnp.sum(m.b.value ** 2)  # noqa
@@ -307,6 +308,7 @@ def _spike_jvp(primals, tangents):
   return spike(v), dv / (1 + 10 * jnp.abs(v)) ** 2  # fast-sigmoid surrogate
 
 
+@pytest.mark.slow
 def test_bptt_through_for_loop_matches_lax_scan():
   n_in, n, steps = 3, 5, 20
   k1, k2, k3 = jax.random.split(KEY, 3)
@@ -421,6 +423,7 @@ TINY = ["--samples", "32", "--batch", "16", "--steps", "8", "--hidden", "16",
         "--inputs", "6", "--lr", "3e-2"]
 
 
+@pytest.mark.slow
 def test_train_snn_data_parallel_gradients_are_single_device_gradients():
   ex = _train_snn()
   args = ex.parse_args(TINY)
@@ -435,6 +438,7 @@ def test_train_snn_data_parallel_gradients_are_single_device_gradients():
   assert int(c8) == int(c1)
 
 
+@pytest.mark.slow
 def test_train_snn_runs_and_learns(capsys):
   ex = _train_snn()
   history = ex.main(TINY + ["--epochs", "4"])

@@ -236,6 +236,7 @@ MESHES = [((8,), ("a",)), ((2, 4), ("a", "b")), ((4, 2), ("a", "b")),
           ((2, 2, 2), ("a", "b", "c"))]
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None)
 @given(st.sampled_from(MESHES), st.data())
 def test_logical_axes_place_like_the_equivalent_spec(mesh_def, data):

@@ -90,6 +90,7 @@ def clobber(states):
 # Round trips and other meshes
 
 
+@pytest.mark.slow
 def test_round_trip_keeps_values_and_shardings(tmp_path):
   m8 = mesh(8)
   states = make_states(m8)
@@ -202,6 +203,7 @@ def test_unplaced_state_restores_unplaced_and_runs_with_placed_ones(tmp_path):
   np.testing.assert_array_equal(np.asarray(out), np.full(8, 3.0))
 
 
+@pytest.mark.slow
 def test_one_device_process_restores_what_eight_devices_saved(tmp_path):
   states, run = worker.network(bs, jax, mesh(8))
   bs.place(list(states.values()), mesh(8))
@@ -218,6 +220,7 @@ def test_one_device_process_restores_what_eight_devices_saved(tmp_path):
 # Resume
 
 
+@pytest.mark.slow
 def test_resume_in_a_fresh_process_is_bit_identical(tmp_path):
   t = worker.STEPS
   m8 = mesh(8)
@@ -306,6 +309,7 @@ def test_overwrite(tmp_path):
     bs.save_states(tmp_path / "file", [v])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["writing", "pointer", "replace"])
 def test_killed_save_leaves_the_previous_checkpoint(tmp_path, where):
   path = tmp_path / "c"
@@ -353,6 +357,7 @@ def test_failed_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
   assert bs.restore_states(path, [x]) == {"good": 2}
 
 
+@pytest.mark.slow
 def test_async_save_at_the_end_of_a_script(tmp_path):
   # The last line of a script starts a background save and the interpreter
   # exits. Before 3.12 the save is finished first; from 3.12 on Python

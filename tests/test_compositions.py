@@ -127,6 +127,7 @@ def test_random_compositions_match_pure_jax(names, sharded, axis_type):
     ["bs.vmap", "jax.grad", "bs.remat", "bs.jit"],
     ["bs.for_loop", "bs.vmap", "bs.grad", "jax.vmap"],
 ])
+@pytest.mark.slow
 @pytest.mark.parametrize("sharded", [False, True], ids=["replicated", "sharded"])
 def test_named_compositions_match_pure_jax(names, sharded):
   _check(names, sharded, AxisType.Auto)

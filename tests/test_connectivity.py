@@ -216,6 +216,7 @@ def test_total_number_split_tree_same_on_1_and_4_devices():
   np.testing.assert_allclose(blocks / sizes, 10, rtol=0.25)
 
 
+@pytest.mark.slow
 def test_fixed_total_number_spreads_uniformly():
   proj = [bm.Projection('E', 'E', bm.FixedTotalNumber(20000))]
   t = bm.synapses(build(2, proj))
@@ -227,6 +228,7 @@ def test_fixed_total_number_spreads_uniformly():
     assert 40 < chi2 < 130, chi2
 
 
+@pytest.mark.slow
 def test_redrawn_normal_is_truncated_not_clipped():
   w = bm.Normal(0.5, 1.0, lower=0.0)
   proj = [bm.Projection('E', 'E', bm.FixedInDegree(200), weight=w)]

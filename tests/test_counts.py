@@ -23,6 +23,7 @@ def test_table_rows_are_mesh_independent_and_split_by_receptor():
   np.testing.assert_array_equal(part, table[16:32])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [1000, 4007])
 def test_event_delivery_counts_every_spike_at_every_branch(n):
   """Push delivery over the CSR (which of its size branches runs depends on

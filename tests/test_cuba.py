@@ -35,6 +35,7 @@ def test_stored_index_holds_the_fixed_in_degree_table_on_any_mesh():
     np.testing.assert_array_equal(rebuilt, expect)
 
 
+@pytest.mark.slow
 def test_refractory_gap_is_brian2s_five_ms():
   """Brian2's convention: after the spike step v is held ref_steps - 1
   steps, so the shortest inter-spike gap is exactly t_ref = 5.0 ms."""
@@ -133,6 +134,7 @@ def test_runner_records_the_same_spikes_as_one_loop(cuba_one_second):
   assert res.v.values.shape == (1000, 4)
 
 
+@pytest.mark.slow
 def test_cli_runs_a_bigger_network_with_min_delay_exchange(capsys):
   result = cuba.main(["--devices", "2", "--neurons", "800", "--delay", "5",
                       "--duration", "0.02"])

@@ -10,6 +10,7 @@ pytest.importorskip("brainstate")
 
 @pytest.mark.parametrize("model,connectivity", [("cuba", "stored"),
                                                 ("coba", "onthefly")])
+@pytest.mark.slow
 def test_three_implementations_spike_alike(model, connectivity):
   from benchmarks import _ei
   rasters = {}

@@ -79,6 +79,7 @@ TRANSFORMS = {
 @pytest.mark.parametrize("inner,outer", [
     p for p in itertools.product(TRANSFORMS, repeat=2)
     if p != ("bs.shard_map", "bs.shard_map")])
+@pytest.mark.slow
 def test_wrapped_twice_runs_what_it_wraps(inner, outer):
   w = bs.ParamState(jnp.float32(2.0), name="w")
 

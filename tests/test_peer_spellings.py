@@ -183,6 +183,7 @@ def test_bounded_while_loop_matches_a_python_loop_and_stops_at_max_steps():
                                      max_steps=0)) == 2.0
 
 
+@pytest.mark.slow
 def test_bounded_while_loop_is_reverse_differentiable():
   def loss(x0):
     return bs.bounded_while_loop(lambda x: x < 5.0, lambda x: x * 2.0, x0,

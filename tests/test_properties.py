@@ -4,6 +4,7 @@ a written state must leave with the spec it came in with."""
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
@@ -82,6 +83,7 @@ def _declare(how, state, spec):
     ["own", "state_key", "type_key", "predicate", "single"]),
        steps=st.integers(1, 2), seed=st.integers(0, 2**16),
        jitted=st.booleans())
+@pytest.mark.slow
 def test_elementwise_update_matches_numpy(case, how, steps, seed, jitted):
   m, spec, shape = case
   rng = np.random.default_rng(seed)
@@ -116,6 +118,7 @@ def test_elementwise_update_matches_numpy(case, how, steps, seed, jitted):
     assert _canon(sh.spec) == _canon(spec), (sh.spec, spec)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(first=mesh_and_spec(), second_spec=st.data(), seed=st.integers(0, 2**16))
 def test_pytree_state_with_per_leaf_specs(first, second_spec, seed):

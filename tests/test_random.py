@@ -38,6 +38,7 @@ def test_bad_seeds_and_keys():
     bs.random.normal(key=bs.State(jnp.zeros(2), name="z"))
 
 
+@pytest.mark.slow
 def test_shapes_dtypes_and_statistics():
   rng = bs.RandomState(0)
   n = rng.normal(2.0, 3.0, size=(20000,))
@@ -307,6 +308,7 @@ def test_sharded_draws_are_the_unsharded_draw_on_any_mesh(n):
                                 jax.random.key_data(ref.value))
 
 
+@pytest.mark.slow
 def test_two_d_mesh_and_a_spec_splitting_a_non_leading_axis():
   mesh = make_mesh((2, 4), ("x", "y"))
   whole = np.asarray(bs.RandomState(3).normal(size=(4, 8, 3)))
@@ -395,6 +397,7 @@ def test_samplers_refuse_to_split_what_they_permute_and_change_nothing():
   np.testing.assert_array_equal(jax.random.key_data(rng.value), before)
 
 
+@pytest.mark.slow
 def test_permutation_of_an_unsplit_axis_is_the_unsharded_permutation():
   mesh = make_mesh((4,), ("x",))
   x = jnp.arange(32).reshape(8, 4)

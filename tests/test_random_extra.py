@@ -42,6 +42,7 @@ CONTINUOUS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CONTINUOUS))
 def test_continuous_matches_scipy(name):
   draw, dist = CONTINUOUS[name]
@@ -86,6 +87,7 @@ def test_parameters_broadcast_and_draws_are_reproducible():
   assert z.shape == (4, 2)
 
 
+@pytest.mark.slow
 def test_samplers_jit_and_vmap():
   draw = jax.jit(lambda k: rx.vonmises(k, 0.0, 1.0, (5,)))
   assert draw(KEY).shape == (5,)
@@ -94,6 +96,7 @@ def test_samplers_jit_and_vmap():
   assert out.shape == (3, 4) and (np.asarray(out) >= 1).all()
 
 
+@pytest.mark.slow
 def test_rejection_loops_end_on_parameters_numpy_rejects():
   # zipf needs a > 1: a traced a <= 1 cannot raise, so the loop is capped
   z = jax.jit(lambda a: rx.zipf(KEY, a, (3,)))(1.0)

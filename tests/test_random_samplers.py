@@ -63,6 +63,7 @@ DISCRETE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CONTINUOUS))
 def test_continuous_samplers_follow_their_distribution(name):
   draw, dist = CONTINUOUS[name]
@@ -87,6 +88,7 @@ def test_discrete_samplers_follow_their_pmf(name):
   np.testing.assert_array_equal(draw(N, bs.RandomState(7)), x)
 
 
+@pytest.mark.slow
 def test_multivariate_samplers():
   rng = bs.RandomState(3)
   pvals = jnp.array([0.2, 0.3, 0.5])
@@ -111,6 +113,7 @@ def test_multivariate_samplers():
     np.testing.assert_allclose(np.cov(v.T), cov, atol=0.05)
 
 
+@pytest.mark.slow
 def test_permutations_and_choice_without_replacement():
   rng = bs.RandomState(1)
   x = jnp.arange(12).reshape(3, 4)
@@ -154,6 +157,7 @@ def test_size_none_int_and_tuple(size, shape):
   assert sh(lambda k: R.choice(4, size, key=k)) == shape
 
 
+@pytest.mark.slow
 def test_parameters_broadcast_without_size_and_dtypes():
   key = jax.random.key(0)
   assert R.gamma(jnp.ones((2, 3)), key=key).shape == (2, 3)
@@ -201,6 +205,7 @@ def test_seed_without_argument_is_fresh():
   bs.random.seed(0)
 
 
+@pytest.mark.slow
 def test_draws_under_jit_loop_vmap_grad_and_jax_jit():
   rng = bs.RandomState(5)
   eager = [rng.gamma(2.0, size=3), rng.binomial(5, 0.5, size=3)]
@@ -237,6 +242,7 @@ def test_draws_under_jit_loop_vmap_grad_and_jax_jit():
   np.testing.assert_array_equal(f(k), R.weibull(1.5, size=3, key=k))
 
 
+@pytest.mark.slow
 def test_shards_draw_independent_reproducible_numbers():
   mesh = make_mesh((8,), ("x",))
   rng = bs.RandomState(0)
@@ -295,6 +301,7 @@ SHARD_COUNTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SHARD_COUNTS))
 def test_count_samplers_inside_shard_map_follow_their_pmf(name):
   draw, dist = SHARD_COUNTS[name]

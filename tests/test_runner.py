@@ -90,6 +90,7 @@ def assert_matches_reference(res, v, n_steps, mesh=None, noise=False, rng=None):
     np.testing.assert_array_equal(res.mean.steps, np.arange(6, n_steps, 7))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("noise", [False, True], ids=["drive", "noise"])
 def test_chunked_run_equals_one_for_loop_on_one_device(noise):
   v, step, rng = make_net(noise=noise)
@@ -99,6 +100,7 @@ def test_chunked_run_equals_one_for_loop_on_one_device(noise):
   assert_matches_reference(res, v, 300, noise=noise, rng=rng)
 
 
+@pytest.mark.slow
 def test_chunked_run_equals_one_for_loop_on_eight_devices(monkeypatch,
                                                           axis_type):
   mesh = jax.make_mesh((8,), ("x",), axis_types=(axis_type,))
@@ -172,6 +174,7 @@ def _press_ctrl_c_after(runner, chunks):
   runner._record = record_then_press
 
 
+@pytest.mark.slow
 def test_sigint_stops_at_a_chunk_boundary_and_the_run_continues(capsys):
   v, step, rng = make_net(noise=True)
   runner = bs.Runner(step, monitors(v), chunk=32, progress=False)
@@ -334,6 +337,7 @@ def test_checkpoint_hook_calls_save_and_restore(monkeypatch, tmp_path):
 
 @pytest.mark.skipif(not hasattr(bs, "save_states"),
                     reason="bs.save_states (issue 13) is not merged yet")
+@pytest.mark.slow
 def test_checkpoint_resume_with_the_real_checkpoints(tmp_path):
   v, step, rng = make_net(noise=True)
   runner = bs.Runner(step, monitors(v), dt=0.1, chunk=32, progress=False,
@@ -434,6 +438,7 @@ def test_a_second_sigint_during_dispatch_rolls_the_states_back():
   assert_matches_reference(runner.result, v, done, noise=True, rng=rng)
 
 
+@pytest.mark.slow
 def test_two_sigints_at_any_moment_leave_states_and_records_consistent():
   """Two Ctrl-Cs land at seeded random moments of a run (counted in Python
   calls, so every trial is reproducible): whatever they cut, the States end
@@ -502,6 +507,7 @@ def test_two_sigints_at_any_moment_leave_states_and_records_consistent():
     signal.signal(signal.SIGINT, previous)
 
 
+@pytest.mark.slow
 def test_a_new_runner_on_restored_states_continues_the_step_count(
     tmp_path, capsys):
   """States restored with bs.restore_states, then a new Runner with
@@ -542,6 +548,7 @@ def test_a_new_runner_on_restored_states_continues_the_step_count(
     bs.Runner(step2, {}, start_step=-1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("on_disk", [False, True], ids=["memory", "disk"])
 def test_records_that_fail_to_be_written_leave_a_consistent_run(
     tmp_path, monkeypatch, on_disk):

@@ -22,6 +22,7 @@ def state_on(mesh, value, name=None):
                          mesh=mesh)()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("delay", [1, 10])
 def test_two_areas_on_two_sub_meshes_equal_one_spmd_program(delay):
   steps = 200
