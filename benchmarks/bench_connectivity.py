@@ -36,41 +36,25 @@ def _status(field: str) -> int:
   raise RuntimeError(f"no {field} in /proc/self/status")
 
 
-# Potjans & Diesmann (2014): full-scale sizes and connection probabilities
-# (rows: target population, columns: source), as NEST's microcircuit example.
-MC_SIZES = {"L23E": 20683, "L23I": 5834, "L4E": 21915, "L4I": 5479,
-            "L5E": 4850, "L5I": 1065, "L6E": 14395, "L6I": 2948}
-MC_P = [[0.1009, 0.1689, 0.0437, 0.0818, 0.0323, 0.0, 0.0076, 0.0],
-        [0.1346, 0.1371, 0.0316, 0.0515, 0.0755, 0.0, 0.0042, 0.0],
-        [0.0077, 0.0059, 0.0497, 0.135, 0.0067, 0.0003, 0.0453, 0.0],
-        [0.0691, 0.0029, 0.0794, 0.1597, 0.0033, 0.0, 0.1057, 0.0],
-        [0.1004, 0.0622, 0.0505, 0.0057, 0.0831, 0.3726, 0.0204, 0.0],
-        [0.0548, 0.0269, 0.0257, 0.0022, 0.06, 0.3158, 0.0086, 0.0],
-        [0.0156, 0.0066, 0.0211, 0.0166, 0.0572, 0.0197, 0.0396, 0.2252],
-        [0.0364, 0.001, 0.0034, 0.0005, 0.0277, 0.008, 0.0658, 0.1443]]
-
-
 def microcircuit(bm, scale: float, k_scale: float):
-  """The microcircuit's layout and projections (FixedTotalNumber, weights
-  and delays redrawn normals, NEST's synapse-number formula)."""
-  import math
-  sizes = {k: int(round(v * scale)) for k, v in MC_SIZES.items()}
-  names, projs = list(MC_SIZES), []
+  """The microcircuit's layout and projections (examples.microcircuit's
+  parameters: FixedTotalNumber from NEST's synapse-number formula, weights
+  and delays normals redrawn into range)."""
+  from examples.microcircuit import params as mp
+  net = mp.scaled(scale, k_scale)
+  names = mp.POPULATIONS
+  sizes = dict(zip(names, (int(n) for n in net.neurons)))
+  projs = []
   for i, post in enumerate(names):
     for j, pre in enumerate(names):
-      p = MC_P[i][j]
-      if p == 0:
+      if net.synapses[i, j] <= 0:
         continue
-      n_pre, n_post = MC_SIZES[pre], MC_SIZES[post]
-      k_in = math.log(1 - p) / math.log(1 - 1 / (n_pre * n_post)) / n_post
-      exc = pre.endswith("E")
+      w, d, exc = float(net.weight_mean[i, j]), float(net.delay_mean[i, j]), j % 2 == 0
       projs.append(bm.Projection(
-          pre, post, bm.FixedTotalNumber(int(round(k_in * k_scale *
-                                                   sizes[post]))),
-          weight=(bm.Normal(87.8, 8.78, lower=0.0) if exc else
-                  bm.Normal(-351.2, 35.12, upper=0.0)),
-          delay=bm.Normal(1.5, 0.75) if exc else bm.Normal(0.75, 0.375),
-          receptor=0 if exc else 1))
+          pre, post, bm.FixedTotalNumber(int(net.synapses[i, j])),
+          weight=bm.Normal(w, abs(w) * mp.WEIGHT_REL_STD,
+                           **({"lower": 0.0} if exc else {"upper": 0.0})),
+          delay=bm.Normal(d, d * mp.DELAY_REL_STD), receptor=0 if exc else 1))
   return sizes, projs
 
 
