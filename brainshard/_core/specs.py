@@ -7,12 +7,12 @@ bad input before anything is traced.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 from jax.sharding import AxisType, PartitionSpec as P
 
-from brainshard._core import compat
+from brainshard._core import compat, state_filter
 from brainshard._core.axes import logical_spec
 from brainshard._core.state import State, describe_value
 
@@ -35,48 +35,21 @@ def _is_spec_leaf(x: Any) -> bool:
 
 def check_state_specs_arg(specs: StateSpecs, argname: str) -> None:
   """Rejects malformed ``state_in_specs`` / ``state_out_specs`` up front."""
-  if specs is None or isinstance(specs, P):
-    return
-  if not isinstance(specs, Mapping):
-    raise TypeError(
-        f"{argname} must be None, a PartitionSpec, or a dict keyed by State "
-        f"objects, State subclasses or predicates; got {type(specs).__name__}.")
-  for key in specs:
-    if isinstance(key, State):
-      continue
-    if isinstance(key, type) and issubclass(key, State):
-      continue
-    if callable(key) and not isinstance(key, type):
-      continue
-    raise TypeError(
-        f"{argname} has the key {key!r} ({type(key).__name__}); keys must be "
-        "State objects, State subclasses (matching instances) or predicates "
-        "`(state) -> bool`.")
+  state_filter.check_keyed(specs, argname, "a PartitionSpec",
+                           lambda x: isinstance(x, P))
 
 
-NO_MATCH = object()
+NO_MATCH = state_filter.NO_MATCH
 
 
 def match_state_spec(state: State, specs: StateSpecs) -> Any:
   """The entry of ``specs`` (``state_in_specs`` / ``state_out_specs``) that
-  applies to ``state``, or NO_MATCH: the State itself as a key first, then
-  State-subclass and predicate keys in dict order."""
+  applies to ``state``, or NO_MATCH (see :func:`state_filter.match`)."""
   if isinstance(specs, P):
     return specs
   if not specs:
     return NO_MATCH
-  for key, spec in specs.items():
-    if key is state:
-      return spec
-  for key, spec in specs.items():
-    if isinstance(key, State):
-      continue
-    if isinstance(key, type):
-      if isinstance(state, key):
-        return spec
-    elif key(state):
-      return spec
-  return NO_MATCH
+  return state_filter.match(state, specs)
 
 
 def resolve_state_spec(state: State, specs: StateSpecs, *,
