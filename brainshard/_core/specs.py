@@ -21,7 +21,7 @@ __all__ = [
     "StateSpecs", "check_state_specs_arg", "resolve_state_spec",
     "leaf_specs", "check_spec", "shard_aval", "arg_leaf_specs", "manual_spec",
     "match_state_spec", "NO_MATCH", "explicit_spec", "has_explicit_axes",
-    "spec_axes",
+    "spec_axes", "canonical_spec", "same_spec",
 ]
 
 # `state_in_specs` / `state_out_specs`: None, one spec, or a dict keyed by
@@ -121,6 +121,26 @@ def spec_axes(spec: P) -> list[str]:
       continue
     axes.extend(entry if isinstance(entry, tuple) else (entry,))
   return axes
+
+
+def canonical_spec(spec: P, ndim: int) -> tuple:
+  """``spec`` as a full-rank tuple, 1-tuples of axes unwrapped: equal for
+  every spelling of one placement (``P('x')``, ``P('x', None)``, ...)."""
+  entries = list(spec) + [None] * (ndim - len(spec))
+  return tuple(e[0] if isinstance(e, tuple) and len(e) == 1 else e
+               for e in entries)
+
+
+def same_spec(a: P, b: P, ndim: int | None = None) -> bool:
+  """Whether ``a`` and ``b`` lay out a value of rank ``ndim`` (default: the
+  longer spec's length) alike, however each is spelled.
+
+  Example:
+    >>> same_spec(P('x'), P(('x',), None)), same_spec(P('x'), P(None, 'x'))
+    (True, False)
+  """
+  n = max(len(a), len(b)) if ndim is None else ndim
+  return canonical_spec(a, n) == canonical_spec(b, n)
 
 
 def check_spec(spec: P, shape: Sequence[int], mesh: Any, owner: str) -> None:
