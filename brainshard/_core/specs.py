@@ -7,12 +7,12 @@ bad input before anything is traced.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 from jax.sharding import AxisType, PartitionSpec as P
 
-from brainshard._core import compat
+from brainshard._core import compat, state_filter
 from brainshard._core.axes import logical_spec
 from brainshard._core.state import State, describe_value
 
@@ -21,7 +21,7 @@ __all__ = [
     "StateSpecs", "check_state_specs_arg", "resolve_state_spec",
     "leaf_specs", "check_spec", "shard_aval", "arg_leaf_specs", "manual_spec",
     "match_state_spec", "NO_MATCH", "explicit_spec", "has_explicit_axes",
-    "spec_axes",
+    "spec_axes", "canonical_spec", "same_spec",
 ]
 
 # `state_in_specs` / `state_out_specs`: None, one spec, or a dict keyed by
@@ -35,48 +35,21 @@ def _is_spec_leaf(x: Any) -> bool:
 
 def check_state_specs_arg(specs: StateSpecs, argname: str) -> None:
   """Rejects malformed ``state_in_specs`` / ``state_out_specs`` up front."""
-  if specs is None or isinstance(specs, P):
-    return
-  if not isinstance(specs, Mapping):
-    raise TypeError(
-        f"{argname} must be None, a PartitionSpec, or a dict keyed by State "
-        f"objects, State subclasses or predicates; got {type(specs).__name__}.")
-  for key in specs:
-    if isinstance(key, State):
-      continue
-    if isinstance(key, type) and issubclass(key, State):
-      continue
-    if callable(key) and not isinstance(key, type):
-      continue
-    raise TypeError(
-        f"{argname} has the key {key!r} ({type(key).__name__}); keys must be "
-        "State objects, State subclasses (matching instances) or predicates "
-        "`(state) -> bool`.")
+  state_filter.check_keyed(specs, argname, "a PartitionSpec",
+                           lambda x: isinstance(x, P))
 
 
-NO_MATCH = object()
+NO_MATCH = state_filter.NO_MATCH
 
 
 def match_state_spec(state: State, specs: StateSpecs) -> Any:
   """The entry of ``specs`` (``state_in_specs`` / ``state_out_specs``) that
-  applies to ``state``, or NO_MATCH: the State itself as a key first, then
-  State-subclass and predicate keys in dict order."""
+  applies to ``state``, or NO_MATCH (see :func:`state_filter.match`)."""
   if isinstance(specs, P):
     return specs
   if not specs:
     return NO_MATCH
-  for key, spec in specs.items():
-    if key is state:
-      return spec
-  for key, spec in specs.items():
-    if isinstance(key, State):
-      continue
-    if isinstance(key, type):
-      if isinstance(state, key):
-        return spec
-    elif key(state):
-      return spec
-  return NO_MATCH
+  return state_filter.match(state, specs)
 
 
 def resolve_state_spec(state: State, specs: StateSpecs, *,
@@ -148,6 +121,26 @@ def spec_axes(spec: P) -> list[str]:
       continue
     axes.extend(entry if isinstance(entry, tuple) else (entry,))
   return axes
+
+
+def canonical_spec(spec: P, ndim: int) -> tuple:
+  """``spec`` as a full-rank tuple, 1-tuples of axes unwrapped: equal for
+  every spelling of one placement (``P('x')``, ``P('x', None)``, ...)."""
+  entries = list(spec) + [None] * (ndim - len(spec))
+  return tuple(e[0] if isinstance(e, tuple) and len(e) == 1 else e
+               for e in entries)
+
+
+def same_spec(a: P, b: P, ndim: int | None = None) -> bool:
+  """Whether ``a`` and ``b`` lay out a value of rank ``ndim`` (default: the
+  longer spec's length) alike, however each is spelled.
+
+  Example:
+    >>> same_spec(P('x'), P(('x',), None)), same_spec(P('x'), P(None, 'x'))
+    (True, False)
+  """
+  n = max(len(a), len(b)) if ndim is None else ndim
+  return canonical_spec(a, n) == canonical_spec(b, n)
 
 
 def check_spec(spec: P, shape: Sequence[int], mesh: Any, owner: str) -> None:

@@ -22,9 +22,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from brainshard._core.errors import StateTraceError
 from brainshard._core.frames import write_results
-from brainshard._core.state import State, describe_value, frame_stack
+from brainshard._core.keys import is_typed_key
+from brainshard._core.state import State, describe_value
+from brainshard._core.toplevel import require_top_level
 from brainshard._scaleout import checkpoint_store as store
 from brainshard._scaleout.place import resolve_spec
 
@@ -81,20 +82,9 @@ def _named_states(states: Any, where: str) -> dict[str, State]:
   return out
 
 
-def _top_level(where: str) -> None:
-  if frame_stack():
-    raise StateTraceError(
-        f"{where} reads and writes files and must be called outside every "
-        "transform (not inside bs.jit, bs.shard_map or bs.for_loop).")
-
-
-def _is_key(x: Any) -> bool:
-  return jnp.issubdtype(getattr(x, "dtype", np.float32), jax.dtypes.prng_key)
-
-
 def _leaf_entry(x: Any) -> dict:
   entry = {"shape": list(x.shape), "dtype": str(x.dtype)}
-  if _is_key(x):
+  if is_typed_key(x):
     entry["key_impl"] = str(jax.random.key_impl(x))
   return entry
 
@@ -138,7 +128,7 @@ def save_states(path: str | os.PathLike, states: Any, *,
     Array([0., 1., 2.], dtype=float32)
   """
   where = "bs.save_states"
-  _top_level(where)
+  require_top_level(where, "reads and writes files")
   named = _named_states(states, where)
   path = os.path.abspath(os.fspath(path))
   try:
@@ -180,7 +170,7 @@ def _capture(named: dict[str, State]) -> tuple[dict, dict]:
     entries[key] = {"type": type(state).__name__, "structure": str(treedef),
                     "value": describe_value(value),
                     "leaves": [_leaf_entry(x) for x in leaves]}
-    arrays = [jax.random.key_data(x) if _is_key(x) else x for x in leaves]
+    arrays = [jax.random.key_data(x) if is_typed_key(x) else x for x in leaves]
     if multi:  # a value each process holds whole: written once, by process 0
       arrays = [x if not x.is_fully_addressable else np.asarray(x)
                 for x in arrays]
@@ -217,7 +207,7 @@ def restore_states(path: str | os.PathLike, states: Any, *,
       always an error).
   """
   where = "bs.restore_states"
-  _top_level(where)
+  require_top_level(where, "reads and writes files")
   named = _named_states(states, where)
   path = os.path.abspath(os.fspath(path))
   store.wait_pending(path)
@@ -320,7 +310,7 @@ def _plan(state: State, value: Any, mesh: Mesh | None) -> list:
   plan = []
   for x, spec in zip(leaves, _leaf_specs(state, value, mesh)):
     key_dims = 0
-    if _is_key(x):
+    if is_typed_key(x):
       data = jax.random.key_data(x)
       key_dims, shape, dtype = data.ndim - x.ndim, data.shape, data.dtype
     else:

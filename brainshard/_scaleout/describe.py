@@ -9,6 +9,7 @@ import jax
 import numpy as np
 
 from brainshard._scaleout.place import states_in
+from brainshard._core.keys import is_typed_key
 from brainshard._core.state import State
 
 __all__ = ["describe", "visualize", "StateInfo", "StateTable", "device_ids"]
@@ -132,10 +133,9 @@ def device_ids(devices: Any) -> str:
 
 
 def _itemsize(x: Any) -> int:
-  dtype = x.dtype
-  if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
-    return dtype.itemsize
-  return np.dtype(dtype).itemsize
+  if is_typed_key(x):  # an extended dtype numpy does not know
+    return x.dtype.itemsize
+  return np.dtype(x.dtype).itemsize
 
 
 def _row(name: str, state: State, x: Any) -> tuple[StateInfo, set]:

@@ -23,6 +23,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from brainshard._core.keys import is_typed_key
 from brainshard._core.state import State
 
 __all__ = ["gather", "init_distributed", "put_global", "put_process_local"]
@@ -31,10 +32,6 @@ __all__ = ["gather", "init_distributed", "put_global", "put_process_local"]
 ENV_COORDINATOR = "BRAINSHARD_COORDINATOR"
 ENV_NUM_PROCESSES = "BRAINSHARD_NUM_PROCESSES"
 ENV_PROCESS_ID = "BRAINSHARD_PROCESS_ID"
-
-
-def _is_key(x: Any) -> bool:
-  return jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key)
 
 
 def _key_spec(spec: P, extra_dims: int) -> P:
@@ -49,7 +46,7 @@ def put_global(x: Any, sharding: NamedSharding, owner: str) -> Any:
   """
   if isinstance(x, jax.Array) and x.sharding == sharding:
     return x
-  if _is_key(x) and not sharding.is_fully_addressable:
+  if is_typed_key(x) and not sharding.is_fully_addressable:
     data = jax.random.key_data(x)
     extra = data.ndim - x.ndim
     data = jax.device_put(data, NamedSharding(
@@ -60,7 +57,7 @@ def put_global(x: Any, sharding: NamedSharding, owner: str) -> Any:
 
 def put_process_local(x: Any, sharding: NamedSharding, owner: str) -> Any:
   """A global array from this process's part ``x`` of it."""
-  if _is_key(x):
+  if is_typed_key(x):
     impl = jax.random.key_impl(x)
     data = np.asarray(jax.random.key_data(x))
     extra = data.ndim - x.ndim
@@ -77,7 +74,7 @@ def put_process_local(x: Any, sharding: NamedSharding, owner: str) -> Any:
 
 
 def _host_value(x: Any) -> np.ndarray:
-  if _is_key(x):  # typed PRNG keys have no NumPy form: give their raw data
+  if is_typed_key(x):  # typed PRNG keys have no NumPy form: give their raw data
     x = jax.random.key_data(x)
   if not isinstance(x, jax.Array) or x.is_fully_addressable:
     return np.asarray(jax.device_get(x))

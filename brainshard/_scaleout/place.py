@@ -25,7 +25,8 @@ from brainshard._core.args import copy_metadata, fun_name
 from brainshard._core.errors import StateTraceError
 from brainshard._core.frames import Frame, write_results
 from brainshard._core.state import (
-    State, _canonical, describe_value, frame_stack)
+    State, _canonical, describe_value)
+from brainshard._core.toplevel import require_top_level
 
 __all__ = ["resolve_spec", "place", "sharded_init", "ShardedInit",
            "states_in", "concrete_mesh"]
@@ -89,12 +90,8 @@ def resolve_spec(state: State, mesh: Any = None, specs: StateSpecs = None,
   return spec
 
 
-def _top_level(where: str) -> None:
-  if frame_stack() or not compat.at_top_level():
-    raise StateTraceError(
-        f"{where} moves State values between devices and must be called "
-        "outside every transform (at top level, not inside bs.jit, "
-        "bs.shard_map or jax.jit).")
+# What placement does that needs top level (its one guard's message).
+_MOVES = "moves State values between devices"
 
 
 def place(states: Any, mesh: Any = None, specs: StateSpecs = None,
@@ -132,7 +129,7 @@ def place(states: Any, mesh: Any = None, specs: StateSpecs = None,
     P('x', None)
   """
   where = "bs.place"
-  _top_level(where)
+  require_top_level(where, _MOVES)
   check_state_specs_arg(specs, "specs")
   mesh = concrete_mesh(mesh, where)
   flat = states_in(states, where)
@@ -263,7 +260,7 @@ class ShardedInit:
                    static_argnames=self.static_argnames, **kw)
 
   def _prepare(self, args, kwargs, box: list) -> Any:
-    _top_level(self.name)
+    require_top_level(self.name, _MOVES)
     mesh = concrete_mesh(self.mesh, self.name)
     rules = merged_rules(current_rules(), self.axis_rules)
     shapes_box: list = []

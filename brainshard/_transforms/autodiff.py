@@ -9,7 +9,7 @@ written back through ``write_results``; the other States it reads enter as
 constants. Under an enclosing brainshard transform (``bs.jit``,
 ``bs.shard_map``, loops) all of this happens inside that trace; at top level
 it runs in one cached ``jax.jit`` per function and configuration
-(:func:`eager_call`), so repeated calls re-trace nothing.
+(:func:`control.dispatch`), so repeated calls re-trace nothing.
 
 Conventions are JAX's, with the grad states as one extra, *first*
 differentiable input:
@@ -32,7 +32,7 @@ import jax
 from brainshard._core.args import fun_name
 from brainshard._core.discovery import StatefulFunction, evaluate
 from brainshard._core.frames import write_results
-from brainshard._transforms.control import eager_call, is_eager
+from brainshard._transforms.control import dispatch
 from brainshard._transforms.grad_states import Selection, freeze, select
 
 __all__ = ["grad", "value_and_grad", "vjp", "jvp", "jacrev", "jacfwd",
@@ -132,7 +132,7 @@ class _Config(NamedTuple):
 
 
 def _diff_impl(cfg: _Config) -> Callable:
-  """``impl(fun)`` for :func:`eager_call`: holds no reference to ``fun``."""
+  """``impl(fun)`` for :func:`dispatch`: holds no reference to ``fun``."""
   def impl(fun):
     def run(args, kwargs):
       p = _prepare(fun, cfg.frozen, args, kwargs, cfg.name)
@@ -168,9 +168,7 @@ def _transform(kind: str, fun: Callable, grad_states: Any, argnums: Any,
   impl = _diff_impl(cfg)
 
   def transformed(*args, **kwargs):
-    if is_eager():
-      return eager_call(name, [fun], cfg, impl, (args, kwargs))
-    return impl(fun)(args, kwargs)
+    return dispatch(name, [fun], cfg, impl, (args, kwargs))
 
   transformed.__name__ = transformed.__qualname__ = name
   transformed.__doc__ = getattr(fun, "__doc__", None)
@@ -298,9 +296,7 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
         f"{name}: pass state_tangents exactly when grad_states is given.")
   impl = _jvp_impl(frozen, bool(has_aux), name)
   args = (tuple(primals), tuple(tangents), state_tangents)
-  if is_eager():
-    return eager_call(name, [fun], ("jvp", frozen, bool(has_aux)), impl, args)
-  return impl(fun)(*args)
+  return dispatch(name, [fun], ("jvp", frozen, bool(has_aux)), impl, args)
 
 
 def _jvp_impl(frozen: Any, has_aux: bool, name: str) -> Callable:

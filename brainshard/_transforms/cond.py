@@ -17,8 +17,8 @@ from brainshard._core import compat
 from brainshard._core.args import fun_name
 from brainshard._core.frames import gather_values, union, write_results
 from brainshard._transforms.control import (
-    avals_of, cast_varying, discover_body, eager_call, is_eager, join_vma,
-    run_body, vma_tree)
+    avals_of, cast_varying, discover_body, dispatch, join_vma, run_body,
+    vma_tree)
 
 __all__ = ["cond", "switch", "ifelse"]
 
@@ -91,10 +91,8 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable,
           [true_f, false_f], ops, name)
     return run
 
-  if is_eager():
-    return eager_call(name, [true_fun, false_fun], ("cond",), impl,
-                      (pred, operands))
-  return impl(true_fun, false_fun)(pred, operands)
+  return dispatch(name, [true_fun, false_fun], ("cond",), impl,
+                  (pred, operands))
 
 
 @compat.api_boundary
@@ -125,10 +123,7 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
           lambda wrapped, o: jax.lax.switch(i, wrapped, *o), fns, ops, name)
     return run
 
-  if is_eager():
-    return eager_call(name, list(branches), ("switch",), impl,
-                      (index, operands))
-  return impl(*branches)(index, operands)
+  return dispatch(name, branches, ("switch",), impl, (index, operands))
 
 
 @compat.api_boundary

@@ -15,7 +15,7 @@ Every construct (``for_loop``, ``scan``, ``while_loop``, ``cond``,
 3. **Write-back**: the final values go through ``write_results``, so an
    enclosing ``bs.jit`` / ``bs.shard_map`` sees the writes.
 
-At top level a construct runs in one cached ``jax.jit`` (:func:`eager_call`),
+At top level a construct runs in one cached ``jax.jit`` (:func:`dispatch`),
 so a repeated eager call re-traces and re-compiles nothing.
 """
 
@@ -34,8 +34,9 @@ from brainshard._core.discovery import Discovery, StatefulFunction, discover
 from brainshard._core.frames import ReplayFrame, replay
 from brainshard._core.program import StatefulJit
 from brainshard._core.state import State, frame_stack
+from brainshard._core.toplevel import is_eager
 
-__all__ = ["discover_body", "run_body", "eager_call", "is_eager",
+__all__ = ["discover_body", "run_body", "dispatch", "eager_call", "is_eager",
            "avals_of", "vma_tree", "join_vma", "cast_varying"]
 
 
@@ -103,11 +104,6 @@ def cast_varying(values: Any, axes: Any) -> Any:
 # Eager calls: one cached jax.jit per function and static configuration
 
 
-def is_eager() -> bool:
-  """True at top level: no brainshard frame and no JAX trace active."""
-  return not frame_stack() and compat.at_top_level()
-
-
 class _WeakFun:
   """Holds a function (or bound method) without keeping it alive.
 
@@ -142,6 +138,29 @@ def _cache_key(fun: Callable) -> Hashable:
 
 # (functions' keys, static configuration) -> the compiled runner
 _eager_cache: Cache = Cache()
+
+
+def dispatch(name: str, funs: Sequence[Callable], static: Hashable,
+             impl: Callable[..., Callable], args: tuple) -> Any:
+  """Runs a construct: ``impl(*funs)(*args)`` inline under a trace (so the
+  enclosing transform threads its States), at top level through
+  :func:`eager_call` (one cached ``jax.jit``, keyed by ``funs`` and
+  ``static``).
+
+  Example:
+    >>> import brainshard as bs, jax.numpy as jnp
+    >>> v = bs.State(jnp.zeros(()), name='v')
+    >>> def bump(x):
+    ...   v.value = v.value + x
+    ...   return v.value
+    >>> impl = lambda f: lambda x: f(x) * 2
+    >>> dispatch('double', [bump], (), impl, (1.0,)), v.value
+    (Array(2., dtype=float32), Array(1., dtype=float32))
+  """
+  # is_eager() inlined: this runs on every eager loop and branch call.
+  if not frame_stack() and compat.at_top_level():
+    return eager_call(name, funs, static, impl, args)
+  return impl(*funs)(*args)
 
 
 def eager_call(name: str, funs: Sequence[Callable], static: Hashable,

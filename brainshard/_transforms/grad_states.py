@@ -17,10 +17,14 @@ import jax.numpy as jnp
 
 from brainshard._core.frames import current_signature, union
 from brainshard._core.state import State, describe_signature
+from brainshard._core.state_filter import bad_form, is_filter, selects
 
 __all__ = ["freeze", "select", "Selection", "NO_STATES"]
 
 
+# What `grad_states` may be, in its one error text.
+_FORMS = ("a State, a list/tuple/dict of States, or one filter: a State "
+          "subclass (matching its instances) or a predicate `(state) -> bool`")
 
 
 def freeze(spec: Any, name: str) -> Any:
@@ -34,21 +38,16 @@ def freeze(spec: Any, name: str) -> Any:
   if isinstance(spec, dict):
     return ("dict", tuple((k, weakref.ref(_is_state(s, name)))
                           for k, s in spec.items()))
-  if isinstance(spec, type) and issubclass(spec, State):
-    return ("type", spec)
-  if callable(spec):
-    return ("pred", spec)
-  raise TypeError(
-      f"{name}: grad_states must be a State, a list/tuple/dict of States, a "
-      f"State subclass or a predicate (State -> bool); got "
-      f"{type(spec).__name__}.")
+  if is_filter(spec):
+    return ("filter", spec)
+  raise bad_form(f"{name}: grad_states", _FORMS, spec)
 
 
 def _is_state(s: Any, name: str) -> State:
   if not isinstance(s, State):
     raise TypeError(
         f"{name}: grad_states lists {type(s).__name__} {s!r:.60}, which is not "
-        "a State.")
+        f"a State (grad_states must be {_FORMS}).")
   return s
 
 
@@ -73,9 +72,8 @@ def select(frozen: Any, reads: Sequence[State], writes: Sequence[State],
   if frozen is None:
     return NO_STATES
   kind, what = frozen
-  if kind in ("type", "pred"):
-    test = (lambda s: isinstance(s, what)) if kind == "type" else what
-    states = tuple(sorted(s for s in reads if test(s)))
+  if kind == "filter":
+    states = tuple(sorted(s for s in reads if selects(what, s)))
     if not states:
       raise ValueError(
           f"{name}: grad_states={getattr(what, '__name__', what)} matches no "

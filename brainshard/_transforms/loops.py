@@ -21,8 +21,8 @@ from brainshard._core.state import State
 from brainshard._simulation.progress import ProgressBar, as_progress_bar
 from brainshard._transforms.cond import cond
 from brainshard._transforms.control import (
-    avals_of, cast_varying, discover_body, eager_call, is_eager, join_vma,
-    run_body, vma_tree)
+    avals_of, cast_varying, discover_body, dispatch, join_vma, run_body,
+    vma_tree)
 
 __all__ = ["for_loop", "scan", "while_loop", "bounded_while_loop"]
 
@@ -205,9 +205,7 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None,
   def impl(fun):
     return lambda init, xs: _scan_traced(fun, init, xs, **options)
 
-  if is_eager():
-    return eager_call(name, [f], ("scan", *options.items()), impl, (init, xs))
-  return impl(f)(init, xs)
+  return dispatch(name, [f], ("scan", *options.items()), impl, (init, xs))
 
 
 @compat.api_boundary
@@ -253,9 +251,7 @@ def for_loop(f: Callable, *xs: Any, length: int | None = None,
       return _scan_traced(step, (), xs, **options)[1]
     return run
 
-  if is_eager():
-    return eager_call(name, [f], ("for_loop", *options.items()), impl, (xs,))
-  return impl(f)(xs)
+  return dispatch(name, [f], ("for_loop", *options.items()), impl, (xs,))
 
 
 def _while_traced(cond_fun: Callable, body_fun: Callable, init: Any,
@@ -317,10 +313,8 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
   def impl(cond, body):
     return lambda init: _while_traced(cond, body, init, name)
 
-  if is_eager():
-    return eager_call(name, [cond_fun, body_fun], ("while_loop",), impl,
-                      (init_val,))
-  return impl(cond_fun, body_fun)(init_val)
+  return dispatch(name, [cond_fun, body_fun], ("while_loop",), impl,
+                  (init_val,))
 
 
 @compat.api_boundary
@@ -367,7 +361,5 @@ def bounded_while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any,
       return scan(step, (init, going), length=max_steps)[0][0]
     return run
 
-  if is_eager():
-    return eager_call(name, [cond_fun, body_fun],
-                      ("bounded_while_loop", max_steps), impl, (init_val,))
-  return impl(cond_fun, body_fun)(init_val)
+  return dispatch(name, [cond_fun, body_fun],
+                  ("bounded_while_loop", max_steps), impl, (init_val,))

@@ -19,7 +19,7 @@ import jax
 from brainshard._core.args import fun_name
 from brainshard._core.discovery import StatefulFunction, evaluate
 from brainshard._core.frames import write_results
-from brainshard._transforms.control import eager_call, is_eager
+from brainshard._transforms.control import dispatch
 
 __all__ = ["remat"]
 
@@ -83,10 +83,8 @@ def remat(fun: Callable | None = None, *, prevent_cse: bool = True,
     statics = {i: args[i] for i in static_pos}
     dyn = tuple(a for i, a in enumerate(args) if i not in statics)
     impl = functools.partial(_impl, statics, options, name)
-    if is_eager():
-      key = ("remat", options, tuple(statics.items()), n)
-      return eager_call(name, [fun], key, impl, (dyn, kwargs))
-    return impl(fun)(dyn, kwargs)
+    key = ("remat", options, tuple(statics.items()), n)
+    return dispatch(name, [fun], key, impl, (dyn, kwargs))
 
   # Not functools.wraps: bs.jit copies a wrapped function's __dict__.
   rematted.__name__ = rematted.__qualname__ = name

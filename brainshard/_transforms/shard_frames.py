@@ -19,8 +19,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from brainshard._core import compat
 from brainshard._core.frames import Frame, ReplayFrame
-from brainshard._core.placement import canonical_spec
-from brainshard._core.specs import explicit_spec, manual_spec, shard_aval, spec_axes
+from brainshard._core.specs import (
+    explicit_spec, manual_spec, same_spec, shard_aval, spec_axes)
 from brainshard._core.state import Signature, State, signature
 
 __all__ = ["ShardFrame", "DiscoveryShardFrame", "unsharded", "reshard"]
@@ -140,10 +140,8 @@ def reshard(value: Any, spec_tree: Any, mesh: Any,
     def leaf(x):
       aval = jax.typeof(x)
       x_spec = explicit_spec(aval, mesh)
-      ndim = aval.ndim
-      if x_spec is not None and canonical_spec(
-          manual_spec(x_spec, manual), ndim) == canonical_spec(
-              manual_spec(spec, manual), ndim):
+      if x_spec is not None and same_spec(
+          manual_spec(x_spec, manual), manual_spec(spec, manual), aval.ndim):
         return x
       sharding = getattr(aval, "sharding", None)
       if (not spec_axes(spec) and sharding is not None

@@ -29,11 +29,11 @@ from brainshard._core.caches import Cache
 from brainshard._core.discovery import evaluate
 from brainshard._core.frames import (
     current_signature, gather_values, replay, write_results)
-from brainshard._core.placement import Placement, PlacementHint, canonical_spec
+from brainshard._core.placement import Placement, PlacementHint
 from brainshard._core.program import StatefulJit
 from brainshard._core.specs import (
     StateSpecs, check_kwarg_specs, check_spec, check_state_specs_arg,
-    has_explicit_axes, manual_spec, spec_axes)
+    has_explicit_axes, manual_spec, same_spec, spec_axes)
 from brainshard._core.state import State, _frames
 from brainshard._transforms.shard_frames import ShardFrame, reshard
 from brainshard._transforms.shard_plan import Plan, ShardPlanning, spec_tree
@@ -128,10 +128,8 @@ class ShardMappedFunction(ShardPlanning):
         if key.mesh is mesh or key.mesh == mesh:
           out_specs = plan.write_specs.get(id(state))
           in_specs = plan.read_specs.get(id(state))
-          if out_specs is not None and in_specs is not None and any(
-              canonical_spec(a, max(len(a), len(b)))
-              != canonical_spec(b, max(len(a), len(b)))
-              for a, b in zip(in_specs, out_specs)):
+          if out_specs is not None and in_specs is not None and not all(
+              map(same_spec, in_specs, out_specs)):
             return False
       return True
 

@@ -21,7 +21,7 @@ It works in three steps, like the other transforms:
    becomes an error naming the State (nothing is written).
 
 At top level the whole call runs in one cached ``jax.jit``
-(``brainshard._control.eager_call``).
+(``brainshard._transforms.control.dispatch``).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from brainshard._core.frames import (
     write_results)
 from brainshard._core.state import (
     State, describe_signature, describe_value, frame_stack, signature)
-from brainshard._transforms.control import eager_call, is_eager
+from brainshard._transforms.control import dispatch
 from brainshard._transforms.vmap_axes import StateAxes, VmapConfig
 
 __all__ = ["vmap"]
@@ -342,11 +342,12 @@ def vmap(fun: Callable | None = None, in_axes: Any = 0, out_axes: Any = 0, *,
   cfg = VmapConfig(fun, in_axes, out_axes, state_in_axes, state_out_axes,
                 axis_name, axis_size)
 
+  def impl(f):  # takes the function: the eager cache holds it weakly
+    return lambda args, kwargs: _call(cfg, f, args, kwargs)
+
   @functools.wraps(fun)
   @compat.api_boundary
   def vmapped(*args, **kwargs):
-    if is_eager():
-      return eager_call(cfg.name, [fun], cfg.key, (lambda f: lambda args, kwargs: _call(cfg, f, args, kwargs)), (args, kwargs))
-    return _call(cfg, fun, args, kwargs)
+    return dispatch(cfg.name, [fun], cfg.key, impl, (args, kwargs))
 
   return vmapped

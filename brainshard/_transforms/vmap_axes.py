@@ -12,56 +12,41 @@ from typing import Any, Hashable, Mapping
 
 import jax
 
+from brainshard._core import state_filter
 from brainshard._core.args import fun_name
 from brainshard._core.caches import Cache
 from brainshard._core.state import State
+from brainshard._core.state_filter import NO_MATCH
 from brainshard._simulation.random import RandomState
+
 __all__ = ["StateAxes", "VmapConfig"]
 
 # `state_in_axes` / `state_out_axes`: None, an int, or a dict keyed by States,
 # State subclasses or predicates `(state) -> bool`, with int (or None) values.
 StateAxes = Any
-_NO_MATCH = object()
+
+
+def _is_axis(x: Any) -> bool:
+  return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _check_state_axes(axes: StateAxes, argname: str, name: str) -> None:
-  if axes is None or (isinstance(axes, int) and not isinstance(axes, bool)):
-    return
-  if not isinstance(axes, Mapping):
-    raise TypeError(
-        f"{name}: {argname} must be None, an int, or a dict keyed by States, "
-        f"State subclasses or predicates; got {type(axes).__name__}.")
-  for key, axis in axes.items():
-    if not (isinstance(key, State) or (
-        isinstance(key, type) and issubclass(key, State)) or (
-        callable(key) and not isinstance(key, type))):
-      raise TypeError(
-          f"{name}: {argname} has the key {key!r}; keys must be States, State "
-          "subclasses (matching instances) or predicates `(state) -> bool`.")
-    if axis is not None and (not isinstance(axis, int) or isinstance(axis, bool)):
-      raise TypeError(
-          f"{name}: {argname} maps {key!r} to {axis!r}; values must be ints "
-          "(the batch axis of the State's value) or None (not batched).")
+  state_filter.check_keyed(
+      axes, f"{name}: {argname}", "an int", _is_axis,
+      "ints (the batch axis of the State's value) or None (not batched)",
+      lambda axis: axis is None or _is_axis(axis))
 
 
 def _match(state: State, axes: StateAxes) -> Any:
-  """The axis ``axes`` gives ``state``, or _NO_MATCH. An int covers every
+  """The axis ``axes`` gives ``state``, or NO_MATCH. An int covers every
   State except RandomStates (their keys are shared and each member folds in
-  its index, see brainshard/_random.py); a dict matches the State itself
-  first, then State-subclass and predicate keys in dict order."""
+  its index, see brainshard/_simulation/random.py); a dict is matched by
+  :func:`state_filter.match`."""
   if axes is None:
-    return _NO_MATCH
+    return NO_MATCH
   if isinstance(axes, int):
-    return _NO_MATCH if isinstance(state, RandomState) else axes
-  for key, axis in axes.items():
-    if key is state:
-      return axis
-  for key, axis in axes.items():
-    if isinstance(key, State):
-      continue
-    if (isinstance(state, key) if isinstance(key, type) else key(state)):
-      return axis
-  return _NO_MATCH
+    return NO_MATCH if isinstance(state, RandomState) else axes
+  return state_filter.match(state, axes)
 
 
 def _freeze(tree: Any) -> Hashable:
@@ -92,14 +77,14 @@ class VmapConfig:
 
   def in_axis(self, state: State) -> int | None:
     axis = _match(state, self.state_in_axes)
-    return None if axis is _NO_MATCH else axis
+    return None if axis is NO_MATCH else axis
 
   def out_axis(self, state: State, read: bool) -> int | None:
     """Where a written state keeps its batch axis: ``state_out_axes``, else
     its in-axis if it is read, else an explicit dict entry of
     ``state_in_axes`` (an int covers only the states read)."""
     axis = _match(state, self.state_out_axes)
-    if axis is not _NO_MATCH:
+    if axis is not NO_MATCH:
       return axis
     if read or not isinstance(self.state_in_axes, int):
       return self.in_axis(state)
