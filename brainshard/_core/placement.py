@@ -28,8 +28,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P, SingleDeviceSharding
 from brainshard._core import compat
 from brainshard._core.compat import ArrayImpl
 from brainshard._core.specs import (
-    arg_leaf_specs, check_spec, has_explicit_axes, leaf_specs,
-    resolve_state_spec)
+    arg_leaf_specs, canonical_spec, check_spec, has_explicit_axes,
+    leaf_specs, resolve_state_spec)
 from brainshard._core.state import State
 
 if TYPE_CHECKING:
@@ -214,12 +214,6 @@ class Placement:
             for k, v in kwargs.items()}
 
 
-def canonical_spec(spec: P, ndim: int) -> tuple:
-  """``spec`` as a full-rank tuple, 1-tuples of axes unwrapped: equal for
-  every spelling of one placement (``P('x')``, ``P('x', None)``, ...)."""
-  entries = list(spec) + [None] * (ndim - len(spec))
-  return tuple(e[0] if isinstance(e, tuple) and len(e) == 1 else e
-               for e in entries)
 
 
 def same_placement(x: jax.Array, target: NamedSharding) -> bool:
