@@ -295,3 +295,13 @@ def test_two_dimensional_auto_mesh_splits_over_the_named_axis():
   got = by_target(bm.synapses(idx))
   for k in want:
     np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+
+
+def test_counter_uniform_top_bin_stays_below_one(monkeypatch):
+  # The top of 2**24 bins used to round to 1.0, and its normal to +inf, which
+  # a Normal with an infinite bound accepted as a weight.
+  from brainshard._models import counter
+  monkeypatch.setattr(counter, "bits", lambda *a: jnp.full((1, 3), 0xFFFFFFFF, jnp.uint32))
+  keys = counter.unit_keys(jax.random.key(0), jnp.arange(1))
+  assert float(counter.uniform(keys, 3, 0).max()) < 1.0
+  assert bool(jnp.isfinite(counter.normal(keys, 3, 0)).all())

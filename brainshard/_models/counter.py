@@ -65,9 +65,12 @@ def sub_keys(key: jax.Array, ids: jax.Array, stream: int) -> jax.Array:
 
 
 def uniform(keys, width, stream, attempt=0):
-  """float32 in ``(0, 1)`` (24 bits, centred in their bins)."""
+  """float32 in ``(0, 1)`` (24 bits, offset by half a bin)."""
   h = bits(keys, width, stream, attempt)
-  return ((h >> 8).astype(jnp.float32) + 0.5) * jnp.float32(2.0 ** -24)
+  u = ((h >> 8).astype(jnp.float32) + 0.5) * jnp.float32(2.0 ** -24)
+  # float32 rounds the top bin's 2**24 - 0.5 up to 2**24, i.e. u = 1.0, whose
+  # normal is +inf; keep it below 1 (no other draw changes).
+  return jnp.minimum(u, jnp.float32(1 - 2.0 ** -24))
 
 
 def normal(keys, width, stream, attempt=0):
