@@ -308,6 +308,28 @@ def test_sharded_draws_are_the_unsharded_draw_on_any_mesh(n):
                                 jax.random.key_data(ref.value))
 
 
+@pytest.mark.parametrize("n", [1, 8])
+def test_count_samplers_take_sharded_per_element_parameters(n):
+  # A per-neuron rate is a sharded input: the samplers' loop carry must vary
+  # over the axis even where the key does not (1 device, where it used to
+  # fail with a while_loop carry type error).
+  lam, p = jnp.linspace(0.1, 3.0, 16), jnp.linspace(0.1, 0.9, 16)
+  cnt = jnp.arange(16, dtype=jnp.int32)
+
+  def draws(rng, lam, p, cnt):
+    s = lam.shape
+    return jnp.stack([rng.poisson(lam, size=s), rng.binomial(10, p, size=s),
+                      rng.binomial(cnt, 0.3, size=s),
+                      rng.hypergeometric(cnt, 5, 4, size=s)])
+
+  rng = bs.RandomState(3)
+  whole = np.asarray(bs.jit(lambda: draws(rng, lam, p, cnt))())
+  rng.seed(3)
+  f = bs.shard_map(lambda *a: draws(rng, *a), mesh=make_mesh((n,), ("x",)),
+                   in_specs=P("x"), out_specs=P(None, "x"))
+  np.testing.assert_array_equal(np.asarray(bs.jit(f)(lam, p, cnt)), whole)
+
+
 @pytest.mark.slow
 def test_two_d_mesh_and_a_spec_splitting_a_non_leading_axis():
   mesh = make_mesh((2, 4), ("x", "y"))

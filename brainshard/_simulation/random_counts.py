@@ -22,24 +22,30 @@ from brainshard._core import compat
 __all__ = ["poisson", "binomial", "multinomial", "hypergeometric"]
 
 
-def _like(key, x):
-  missing = compat.varying_axes(jax.typeof(key)) - compat.varying_axes(
-      jax.typeof(x))
+def _like(x, *others):
+  """``x`` varying over every mesh axis one of ``others`` varies over: a
+  loop inside ``shard_map`` needs one carry type, and the key or a
+  parameter (a per-neuron rate) may vary where the other does not."""
+  missing = frozenset().union(*(compat.varying_axes(jax.typeof(o))
+                                for o in others))
+  missing -= compat.varying_axes(jax.typeof(x))
   return jax.lax.pcast(x, tuple(sorted(missing)), to="varying") if missing else x
 
 
-def _arrivals(key, gap, limit, shape):
+def _arrivals(key, gap, limit, shape, *params):
   """How many partial sums of i.i.d. ``gap(key_i)`` draws are <= ``limit``.
 
   With exponential gaps that is Poisson(limit) (the arrivals of a unit-rate
   Poisson process up to ``limit``); with geometric(p) gaps it is
   binomial(limit, p) (the successes among ``limit`` trials). The loop runs
-  until every element has passed its limit.
+  until every element has passed its limit. ``params`` are the arrays
+  ``gap`` closes over (the carry varies wherever they do).
   """
-  limit = _like(key, jnp.broadcast_to(limit, shape).astype(jnp.float32))
-  total = _like(key, jnp.zeros(shape, jnp.float32))
-  count = _like(key, jnp.zeros(shape, jnp.int32))
-  i = _like(key, jnp.zeros((), jnp.uint32))
+  limit = _like(jnp.broadcast_to(limit, shape).astype(jnp.float32), key,
+                *params)
+  total = _like(jnp.zeros(shape, jnp.float32), limit)
+  count = _like(jnp.zeros(shape, jnp.int32), limit)
+  i = _like(jnp.zeros((), jnp.uint32), key)
 
   def cond(carry):
     return (carry[2] <= limit).any()
@@ -69,7 +75,7 @@ def binomial(key, n, p, shape, dtype):
     u = jax.random.uniform(k, shape, minval=jnp.finfo(jnp.float32).tiny)
     return jnp.where(q > 0, jnp.ceil(jnp.log(u) / log_fail), jnp.inf)
 
-  count = _arrivals(key, gap, n, shape)
+  count = _arrivals(key, gap, n, shape, q)
   return jnp.where(p > 0.5, n - count, count).astype(dtype)
 
 
@@ -92,8 +98,9 @@ def multinomial(key, n, pvals, shape, dtype):
 def hypergeometric(key, ngood, nbad, nsample, shape, dtype):
   """Good items among ``nsample`` drawn one at a time without replacement
   (exact; ``max(nsample)`` steps)."""
-  good, bad, n = (_like(key, jnp.broadcast_to(jnp.asarray(x, jnp.int32), shape))
+  good, bad, n = (jnp.broadcast_to(jnp.asarray(x, jnp.int32), shape)
                   for x in (ngood, nbad, nsample))
+  good, bad, n = (_like(x, key, good, bad, n) for x in (good, bad, n))
 
   def step(i, carry):
     good, bad, got = carry
@@ -102,7 +109,7 @@ def hypergeometric(key, ngood, nbad, nsample, shape, dtype):
     hit = active & (u * (good + bad) < good)
     return good - hit, bad - (active & ~hit), got + hit
 
-  got = _like(key, jnp.zeros(shape, jnp.int32))
+  got = _like(jnp.zeros(shape, jnp.int32), good)
   steps = jnp.max(n, initial=0)
   _, _, got = jax.lax.fori_loop(0, steps, step, (good, bad, got))
   return got.astype(dtype)
