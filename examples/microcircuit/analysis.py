@@ -53,7 +53,7 @@ def save_raster(split: Mapping[str, Any], path: str, title: str = "",
   for ax, (name, d), color in zip(axes, split.items(), ["k", "r"] * 8):
     t = np.asarray(d.steps) * d.dt
     sel = (t < window_ms) & (np.asarray(d.neurons) < shown[name])
-    ax.plot(t[sel], np.asarray(d.neurons)[sel], ",", color=color)
+    ax.plot(t[sel], np.asarray(d.neurons)[sel], ".", color=color, ms=1.5)
     ax.set_ylim(0, shown[name])
     ax.set_yticks([])
     ax.set_ylabel(name, rotation=0, ha="right", va="center")
