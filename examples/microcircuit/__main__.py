@@ -2,10 +2,11 @@
 Potjans-Diesmann microcircuit, simulates a warm-up and a measured interval,
 prints build time, time per simulated second, and each population's rate
 and CV of ISI; saves a raster per population when matplotlib is installed.
-Durations are in ms (NEST's unit, as in ``nest_reference``).
+Durations are in seconds of simulated time, as in every example
+(``nest_reference`` takes NEST's ms).
 
   python -m examples.microcircuit --scale 0.1 --k-scale 0.1 --devices 1 \\
-      --duration 1000 --warmup 100 --seed 1 --out results/
+      --duration 1 --warmup 0.1 --seed 1 --out results/
 """
 
 from __future__ import annotations
@@ -31,10 +32,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                  help="fraction of the in-degrees, with NEST's DC "
                       "compensation (default: %(default)s)")
   _cli.add_devices(p, 1)
-  p.add_argument("--duration", type=float, default=1000.0, metavar="MS",
-                 help="measured simulated time in ms (default: %(default)s)")
-  p.add_argument("--warmup", type=float, default=100.0, metavar="MS",
-                 help="simulated ms before measuring (default: %(default)s)")
+  p.add_argument("--duration", type=float, default=1.0, metavar="S",
+                 help="measured simulated time in seconds (default: "
+                      "%(default)s)")
+  p.add_argument("--warmup", type=float, default=0.1, metavar="S",
+                 help="simulated seconds before measuring (default: "
+                      "%(default)s)")
   p.add_argument("--seed", type=int, default=1,
                  help="seeds connectivity, initial potentials, background")
   p.add_argument("--out", default=None, metavar="DIR",
@@ -63,14 +66,14 @@ def main(argv: list[str] | None = None) -> dict:
   mc = Microcircuit(mesh, args.scale, args.k_scale, seed=args.seed)
   jax.block_until_ready(mc.v.value)
   build_s = time.perf_counter() - t0
-  out = mc.run(args.warmup, args.duration, progress=args.progress)
+  out = mc.run(args.warmup * 1e3, args.duration * 1e3, progress=args.progress)
   cvs = population_cv(out["split"])
   per_s = out["run_s"] / max(out["simulated_s"], 1e-9)
   print(f"microcircuit, scale {args.scale:g} (k-scale {args.k_scale:g}): "
         f"{mc.layout.n} neurons, {mc.n_synapses} synapses, {len(devices)} "
         f"device(s), exchange every {mc.every} step(s)")
-  print(f"  build {build_s:.1f} s; warm-up {args.warmup:g} ms (with compile) "
-        f"{out['warmup_s']:.1f} s; {args.duration:g} ms measured in "
+  print(f"  build {build_s:.1f} s; warm-up {args.warmup:g} s (with compile) "
+        f"{out['warmup_s']:.1f} s; {args.duration:g} s measured in "
         f"{out['run_s']:.1f} s = {per_s:.1f} s per simulated second")
   print(f"  peak RSS {peak_rss_mb():.0f} MB")
   full = args.scale == 1 and args.k_scale == 1
