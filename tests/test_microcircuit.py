@@ -58,7 +58,7 @@ def _spikes(devices, **kw):
 
 @pytest.mark.slow
 def test_one_and_eight_devices_give_the_same_spikes():
-  # 772 neurons: 97 per shard on 8 devices (layout shards of <= 32 neurons
+  # 771 neurons: 97 per shard on 8 devices (layout shards of <= 32 neurons
   # compile to different XLA:CPU code and may differ in ulps).
   kw = dict(n_scale=0.01, k_scale=0.05, seed=3)
   one, steps1, ids1 = _spikes(1, **kw)
