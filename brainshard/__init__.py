@@ -8,7 +8,7 @@ from brainshard._core.errors import StateTraceError
 from brainshard._core.state import (
     LongTermState, ParamState, ShortTermState, State)
 from brainshard._core.state_dict import StateDictManager
-from brainshard._core.discovery import StatefulFunction
+from brainshard._core.stateful_function import StatefulFunction
 from brainshard._transforms.jit import jit
 from brainshard._transforms.shard_map import shard_map
 from brainshard._simulation.progress import ProgressBar

@@ -24,9 +24,9 @@ import jax
 
 from brainshard._core import compat
 from brainshard._core.errors import StateTraceError
-from brainshard._core.state import (
-    _UNSET, Signature, State, _frames, describe_signature, describe_value,
-    frame_stack, signature, store, to_array)
+from brainshard._core.state import State, _UNSET, _frames, frame_stack, store
+from brainshard._core.values import (
+    Signature, describe_signature, describe_value, signature, to_array)
 
 __all__ = ["Frame", "ReplayFrame", "replay", "union", "gather_values",
            "write_results", "current_signature", "manual_axes"]

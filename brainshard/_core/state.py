@@ -13,18 +13,19 @@ touch the same State at the same time.
 from __future__ import annotations
 
 import itertools
-import re
 import sys
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import jax
-import jax.numpy as jnp
 
 from brainshard._core import compat
 from brainshard._core.errors import StateTraceError, check_not_scalar_list
 from brainshard._core.state_extras import StateExtras
+from brainshard._core.values import (
+    Signature, canonical, describe_signature, describe_value, signature,
+    to_array)
 
 if TYPE_CHECKING:
   from brainshard._core.frames import Frame
@@ -42,71 +43,6 @@ _live_states: "weakref.WeakSet[State]" = weakref.WeakSet()
 # jax.jit and optax can flatten (JAX sorts dict keys). `next` on a count is
 # atomic under the GIL.
 _creation_counter = itertools.count()
-
-
-# ----------------------------------------------------------------------------
-# Values and their signatures
-
-
-Signature = tuple  # (treedef, tuple of leaf avals)
-
-
-def signature(value: Any) -> Signature:
-  leaves, treedef = jax.tree.flatten(value)
-  return treedef, tuple(map(jax.typeof, leaves))
-
-
-def describe_value(value: Any) -> str:
-  """``f32[16]`` for an array leaf, the pytree of those for a pytree."""
-  leaves, treedef = jax.tree.flatten(value)
-  shorts = [_short(x) for x in leaves]
-  if treedef == jax.tree.structure(0):
-    return shorts[0]
-  return str(jax.tree.unflatten(treedef, shorts)).replace("'", "")
-
-
-def describe_signature(sig: Signature) -> str:
-  treedef, avals = sig
-  shorts = [_aval_short(a) for a in avals]
-  if treedef == jax.tree.structure(0):
-    return shorts[0]
-  return str(jax.tree.unflatten(treedef, shorts)).replace("'", "")
-
-
-def _short(x: Any) -> str:
-  try:
-    return _aval_short(jax.typeof(x))
-  except TypeError:
-    return type(x).__name__
-
-
-def _aval_short(aval: Any) -> str:
-  # ``f32[16@x]``-style, without the ``{V:x}`` varying-axes suffix that
-  # values inside shard_map carry: messages are about shapes and dtypes.
-  return re.sub(r"\{V:[^}]*\}", "", aval.str_short())
-
-
-def to_array(x: Any, owner: str) -> Any:
-  if not isinstance(x, jax.Array):
-    try:
-      x = jnp.asarray(x)
-    except TypeError:
-      raise TypeError(
-          f"{owner}: a State value must be a pytree of arrays, but one leaf is "
-          f"{type(x).__name__} ({x!r:.60}).") from None
-  return x
-
-
-def _strong(x: Any) -> Any:
-  # Weak types (from Python scalars) would make `State(0.0)` and the strongly
-  # typed value a transform writes back two different signatures.
-  if jax.typeof(x).weak_type:
-    return jax.lax.convert_element_type(x, x.dtype)
-  return x
-
-
-def _canonical(value: Any, owner: str) -> Any:
-  return jax.tree.map(lambda x: _strong(to_array(x, owner)), value)
 
 
 # ----------------------------------------------------------------------------
@@ -375,7 +311,7 @@ class State(StateExtras):
     if action != "created" and (self._value is _UNSET or jax.tree.structure(
         self._value) != jax.tree.structure(value)):
       check_not_scalar_list(value, f"{self._label()} ({action})")
-    return _canonical(value, self._label())
+    return canonical(value, self._label())
 
   def _set_global(self, value: Any) -> None:
     self._value = value

@@ -18,6 +18,8 @@ from typing import Any
 
 import jax
 
+from brainshard._core.state_ref import StateRef
+
 __all__ = ["StateExtras"]
 
 
@@ -68,7 +70,6 @@ class StateExtras:
     """A :class:`~brainshard._core.state_ref.StateRef`: this State's type,
     name, spec, axes and current value as a pytree (brainstate's
     ``to_state_ref``); ``ref.to_state()`` rebuilds a State from it."""
-    from brainshard._core.state_ref import StateRef
     return StateRef(type(self), self.value, self.name, self.spec, self.axes)
 
   def update_from_ref(self, ref: Any) -> None:

@@ -24,7 +24,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from brainshard._core.frames import write_results
 from brainshard._core.keys import is_typed_key
-from brainshard._core.state import State, describe_value
+from brainshard._core.state import State
+from brainshard._core.values import describe_value
 from brainshard._core.toplevel import require_top_level
 from brainshard._scaleout import checkpoint_store as store
 from brainshard._scaleout.place import resolve_spec

@@ -16,7 +16,8 @@ from typing import Any, Callable, NamedTuple, Sequence
 import jax.numpy as jnp
 
 from brainshard._core.frames import current_signature, union
-from brainshard._core.state import State, describe_signature
+from brainshard._core.state import State
+from brainshard._core.values import describe_signature
 from brainshard._core.state_filter import bad_form, is_filter, selects
 
 __all__ = ["freeze", "select", "Selection", "NO_STATES"]

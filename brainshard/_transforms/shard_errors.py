@@ -20,7 +20,8 @@ from jax.sharding import PartitionSpec as P
 
 from brainshard._core import compat
 from brainshard._core.specs import manual_spec, shard_aval
-from brainshard._core.state import State, describe_signature
+from brainshard._core.state import State
+from brainshard._core.values import describe_signature
 
 __all__ = ["explain_axis_error", "explain_shape_error", "explain_write",
            "input_rows"]

@@ -21,7 +21,8 @@ from brainshard._core import compat
 from brainshard._core.frames import Frame, ReplayFrame
 from brainshard._core.specs import (
     explicit_spec, manual_spec, same_spec, shard_aval, spec_axes)
-from brainshard._core.state import Signature, State, signature
+from brainshard._core.state import State
+from brainshard._core.values import Signature, signature
 
 __all__ = ["ShardFrame", "DiscoveryShardFrame", "unsharded", "reshard"]
 

@@ -23,8 +23,8 @@ from brainshard._core.frames import current_signature
 from brainshard._core.specs import (
     NO_MATCH, arg_leaf_specs, check_spec, explicit_spec, leaf_specs,
     manual_spec, match_state_spec, resolve_state_spec, spec_axes)
-from brainshard._core.state import (
-    Signature, State, describe_signature)
+from brainshard._core.state import State
+from brainshard._core.values import Signature, describe_signature
 from brainshard._transforms.shard_errors import (
     explain_axis_error, explain_shape_error, explain_write, input_rows)
 from brainshard._transforms.shard_frames import DiscoveryShardFrame, unsharded

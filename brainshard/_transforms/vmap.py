@@ -36,8 +36,9 @@ from brainshard._core.discovery import discover
 from brainshard._core.frames import (
     Frame, ReplayFrame, current_signature, gather_values, replay,
     write_results)
-from brainshard._core.state import (
-    State, describe_signature, describe_value, frame_stack, signature)
+from brainshard._core.state import State, frame_stack
+from brainshard._core.values import (
+    describe_signature, describe_value, signature)
 from brainshard._transforms.control import dispatch
 from brainshard._transforms.vmap_axes import StateAxes, VmapConfig
 
