@@ -16,7 +16,7 @@ import itertools
 import sys
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Sequence
 
 import jax
 
@@ -117,6 +117,12 @@ class State(StateExtras):
     >>> step(1.0); v.value
     Array([1., 1., 1., 1.], dtype=float32)
   """
+
+  # True where every ``bs.vmap`` member shares the value even under an int
+  # ``state_in_axes`` (a RandomState: the members share the key and each
+  # folds in its member index). A class-level hook set by the subclass, so
+  # that vmap (a transform) need not import the layers above it.
+  vmap_shared: ClassVar[bool] = False
 
   def __init__(self, value: Any, name: str | None = None, *, spec: Any = None,
                axes: Any = None):

@@ -28,6 +28,7 @@ from brainshard._core.state import State
 from brainshard._scaleout.describe import device_ids
 from brainshard._scaleout.move import move_array
 from brainshard._transforms.jit import jit
+from brainshard._transforms.progress import TextBar, tqdm_class
 from brainshard._transforms.shard_map import shard_map
 
 __all__ = ["Task", "task", "split_mesh", "check_disjoint", "move_array",
@@ -359,7 +360,6 @@ def run_tasks(step: Callable, carry: tuple, blocks: int, *,
 
 
 def _open_bar(total: int, desc: str | None) -> Any:
-  from brainshard._simulation.progress import TextBar, tqdm_class
   cls = tqdm_class()
   return cls(total=total, desc=desc) if cls is not None else TextBar(
       total, desc, None)

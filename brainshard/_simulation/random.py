@@ -126,6 +126,8 @@ class RandomState(State):
     True
   """
 
+  vmap_shared = True  # bs.vmap members share the key (each folds in its index)
+
   def __init__(self, seed_or_key: Any = 0, name: str | None = None):
     super().__init__(_as_key(seed_or_key, "RandomState"), name=name)
 

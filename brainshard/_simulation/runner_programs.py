@@ -19,7 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from brainshard._core.placement import canonical_spec
+from brainshard._core.specs import canonical_spec
 from brainshard._core.state import State
 from brainshard._simulation.chunked import ChunkedLoop, chunk_lengths
 

@@ -18,7 +18,7 @@ from brainshard._core.args import fun_name
 from brainshard._core.discovery import Discovery
 from brainshard._core.frames import gather_values, write_results
 from brainshard._core.state import State
-from brainshard._simulation.progress import ProgressBar, as_progress_bar
+from brainshard._transforms.progress import ProgressBar, as_progress_bar
 from brainshard._transforms.cond import cond
 from brainshard._transforms.control import (
     avals_of, cast_varying, discover_body, dispatch, join_vma, run_body,

@@ -29,13 +29,14 @@ from brainshard._core.caches import Cache
 from brainshard._core.discovery import evaluate
 from brainshard._core.frames import (
     current_signature, gather_values, replay, write_results)
-from brainshard._core.placement import Placement, PlacementHint
+from brainshard._core.placement import PlacementHint
 from brainshard._core.program import StatefulJit
 from brainshard._core.specs import (
     StateSpecs, check_kwarg_specs, check_spec, check_state_specs_arg,
     has_explicit_axes, manual_spec, same_spec, spec_axes)
 from brainshard._core.state import State, _frames
 from brainshard._transforms.shard_frames import ShardFrame, reshard
+from brainshard._transforms.shard_placement import Placement
 from brainshard._transforms.shard_plan import Plan, ShardPlanning, spec_tree
 
 __all__ = ["shard_map", "ShardMappedFunction"]
