@@ -136,7 +136,7 @@ def _check_no_state_out(name: str, out: Any) -> None:
   for leaf in jax.tree.leaves(out, is_leaf=lambda x: isinstance(x, State)):
     if isinstance(leaf, State):
       raise StateOutputError(
-          f"{name} returned {leaf._label()}. A transformed function returns "
+          f"{name} returned {leaf.label()}. A transformed function returns "
           "arrays: return `state.value` (a State stays where it is and its "
           "writes are kept anyway).")
 

@@ -112,9 +112,9 @@ class HintedPlacement:
     (None: not checked), or None where a hinted state is a pytree."""
     targets = []
     for s, t in zip(plan.reads, self.targets(plan.reads), strict=True):
-      if t is not None and (len(t) != 1 or not isinstance(s._value, jax.Array)):
+      if t is not None and (len(t) != 1 or not isinstance(s.slot, jax.Array)):
         return None
-      targets.append(None if t is None else _full_rank(t[0], s._value.ndim))
+      targets.append(None if t is None else _full_rank(t[0], s.slot.ndim))
     return targets, None, None
 
 
@@ -136,15 +136,15 @@ def keep_placed(state: State, old: Any, new: Any, where: str,
     if id(state) not in warned:
       warned.add(id(state))
       warnings.warn(
-          f"{where}: {state._label()} lives on devices "
+          f"{where}: {state.label()} lives on devices "
           f"{_ids(olds)}, where another program placed it, but this program "
           f"reads it on devices {_ids(news)}. Its first placement stays: "
           "every call copies it here (device to device). To avoid the copy, "
           "give this program its own State on its mesh (e.g. "
           "bs.place(state.copy(), mesh)).", UserWarning, stacklevel=2)
     return
-  if state._value is old:
-    state._keep_placed(new)
+  if state.slot is old:
+    state.keep_placed_value(new)
 
 
 def _placed_elsewhere(old: Any, new: Any) -> bool:

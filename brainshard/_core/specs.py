@@ -73,8 +73,8 @@ def resolve_state_spec(state: State, specs: StateSpecs, *,
     return state.spec
   if state.axes is not None:
     if value is None:
-      value = jax.tree.unflatten(*state._global_signature())
-    return logical_spec(state.axes, value, state._label(), rules, mesh)
+      value = jax.tree.unflatten(*state.global_signature())
+    return logical_spec(state.axes, value, state.label(), rules, mesh)
   return P()
 
 

@@ -154,11 +154,11 @@ class StatefulFunction(DiscoveryCache):
           f"{self.name}.jaxpr_call: State length mismatch: got "
           f"{len(state_vals)} state values, but the function touches "
           f"{len(d.states)} states "
-          f"({', '.join(s._label() for s in d.states)}).")
+          f"({', '.join(s.label() for s in d.states)}).")
     for i, (s, v, sig) in enumerate(zip(d.states, state_vals, d.state_sigs)):
       if jax.tree.structure(v) != sig[0]:
         raise ValueError(
-            f"{self.name}.jaxpr_call: the value given for {s._label()} is "
+            f"{self.name}.jaxpr_call: the value given for {s.label()} is "
             f"{describe_value(v)} at index {i}, but the state holds "
             f"{describe_signature(sig)}; pass one value per state of "
             "get_states(), in that order.")

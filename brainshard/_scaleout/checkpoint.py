@@ -71,7 +71,7 @@ def _named_states(states: Any, where: str) -> dict[str, State]:
           "not a State.")
     if not isinstance(state.name, str) or not state.name:
       raise ValueError(
-          f"{where}: {state._label()} has no name, so the checkpoint could "
+          f"{where}: {state.label()} has no name, so the checkpoint could "
           "not tell it apart: give it one (`State(..., name='v')`) or pass a "
           "dict {name: State}.")
     if state.name in out:
@@ -241,7 +241,7 @@ def _check(named, values, saved, strict, path) -> None:
   for key, state in named.items():
     if key not in saved:
       problems.append(
-          f"{key!r} ({state._label()}) is not in the checkpoint, which holds "
+          f"{key!r} ({state.label()}) is not in the checkpoint, which holds "
           f"{sorted(saved)}")
       continue
     entry, value = saved[key], values[key]

@@ -158,7 +158,7 @@ class Runner:
   def _make_loop(self, n: int | None) -> ChunkedLoop:
     if self._loop is None:
       (spikes, _), _ = self.recorder.discover()
-      self.result._sizes.update({n: spikes[self.recorder.source_of[n]].shape[0]
+      self.result.sizes.update({n: spikes[self.recorder.source_of[n]].shape[0]
                                  for n in self.recorder.source_of})
       chunk = self.chunk
       if chunk is None:

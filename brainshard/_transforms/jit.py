@@ -105,6 +105,12 @@ class JittedFunction:
     self._core.clear()
     self._bound.clear()
 
+  def with_program(self, args: tuple, kwargs: dict,
+                   action: Callable[[Program], Any]) -> Any:
+    """``action(program)`` on the compiled program for these arguments
+    (discovered and grown as a call would), e.g. to inspect its inputs."""
+    return self._core.with_program(args, kwargs, action)
+
   def trace(self, *args, **kwargs) -> Any:
     """``jax.stages.Traced`` of the program for these arguments and the
     States' current values (its jaxpr takes the States' values first)."""

@@ -121,7 +121,7 @@ def _outer_signature(frame: Frame, state: State) -> Signature:
   """The state's (global) signature outside a shard_map body's frame."""
   if frame.parent is not None:
     return frame.parent.signature_of(state)
-  return state._global_signature()
+  return state.global_signature()
 
 
 def _shard_signature(sig: Signature, specs: Sequence[P], mesh: Any,

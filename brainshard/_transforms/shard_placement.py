@@ -67,7 +67,7 @@ class Placement:
     if cached is None or cached[0] != treedef:
       spec = resolve_state_spec(state, self.owner.state_in_specs, value=value)
       cached = self._state_specs[id(state)] = (
-          treedef, leaf_specs(spec, value, state._label()))
+          treedef, leaf_specs(spec, value, state.label()))
     return cached[1]
 
   def _move(self, x: Any, target: NamedSharding, owner) -> Any:
@@ -92,7 +92,7 @@ class Placement:
   def _state_target(self, state: State) -> NamedSharding | None:
     """The one target of a state whose value is a single array; None for
     pytree values (placed leaf by leaf)."""
-    value = state._value
+    value = state.slot
     if not isinstance(value, jax.Array):
       return None
     spec = self._specs_of_state(state, value)[0]
@@ -129,7 +129,7 @@ class Placement:
     :func:`keep_placed`), so the next call moves nothing."""
     name = self.owner.name
     for i, (x, t) in enumerate(zip(values, targets)):
-      owner = lambda s=states[i]: f"{name}: {s._label()}"  # noqa: E731
+      owner = lambda s=states[i]: f"{name}: {s.label()}"  # noqa: E731
       if t is not None and type(x) is ArrayImpl:
         if not same_placement(x, t):
           values[i] = self._move(x, t, owner)
@@ -143,7 +143,7 @@ class Placement:
 
   def _arg_specs(self, args: tuple) -> list[list[P]]:
     if self.owner.in_specs is None:  # follows the arguments' own shardings
-      return self.owner.arg_specs(self.mesh, args)
+      return self.owner.planner.arg_specs(self.mesh, args)
     return arg_leaf_specs(self.owner.in_specs, args, None)
 
   def _place_args(self, args: tuple) -> tuple:
