@@ -34,7 +34,7 @@ from brainshard._core.frames import (
     ReplayFrame, current_signature, gather_values, replay, union,
     write_results)
 from brainshard._core.placement import HintedPlacement
-from brainshard._core.state import SLOT_LOCK, State, thread_frames
+from brainshard._core.state import SLOT_LOCK, State, thread_frames as _frames
 
 __all__ = ["Program", "StatefulJit", "Rediscover"]
 
@@ -86,7 +86,7 @@ class Program:
 
     pure.__name__ = pure.__qualname__ = fun_name(owner.fun)
     self._fun = pure
-    self.variants: dict[tuple[bool, ...], Any] = {}  # donation mask -> jit
+    self._jitted: dict[tuple[bool, ...], Any] = {}
     self.j_none = self.jitted_for((False,) * nc)
     # 'auto' where counts are unreliable (free-threaded builds): never donate.
     self.donates_all = nc > 0 and (
@@ -98,15 +98,15 @@ class Program:
 
   def jitted_for(self, mask: tuple[bool, ...]) -> Any:
     """The ``jax.jit`` that donates the candidates where ``mask`` is True."""
-    j = self.variants.get(mask)
+    j = self._jitted.get(mask)
     if j is None:
-      if len(self.variants) >= _MAX_VARIANTS and any(mask):
+      if len(self._jitted) >= _MAX_VARIANTS and any(mask):
         return self.jitted_for((False,) * self.nc)
       owner, shift = self.owner, self.nc + 1
       kwargs = dict(owner.jit_kwargs)
       if "in_shardings" in kwargs:
         kwargs["in_shardings"] = (None,) * shift + tuple(kwargs["in_shardings"])
-      j = self.variants[mask] = jax.jit(
+      j = self._jitted[mask] = jax.jit(
           self._fun,
           static_argnums=tuple(i + shift if i >= 0 else i
                                for i in owner.static.argnums),
@@ -160,7 +160,7 @@ class Program:
 
   def prepare(self, args, kwargs, fixed_mask=None):
     """``(mask, jitted, jit_args, jit_kwargs)`` of a call: steps 1-3."""
-    top = not thread_frames.stack and compat.at_top_level()
+    top = not _frames.stack and compat.at_top_level()
     if top:  # an unset slot (a state created in a transform) fails in jit
       cand = list(map(_get_value, self.cand))
       rest = list(map(_get_value, self.rest))
@@ -182,7 +182,7 @@ class Program:
   @compat.api_boundary
   def call(self, args, kwargs, compiled=None, fixed_mask=None):
     """Runs the program once: prepare, call, write back (steps 1-5)."""
-    if thread_frames.stack:  # traced: the values read are tracers, no donation
+    if _frames.stack:  # traced: the values read are tracers, no donation
       return self._run(args, kwargs, compiled, fixed_mask)
     with SLOT_LOCK:  # see state.py: donation must not race other threads
       return self._run(args, kwargs, compiled, fixed_mask)
@@ -199,6 +199,12 @@ class Program:
 
   def on_type_error(self) -> None:
     gather_values(self.reads, self.owner.name)  # the State's own error, if any
+
+  @property
+  def variants(self) -> dict[tuple[bool, ...], Any]:
+    """The ``jax.jit`` compiled so far per donation mask (the generated
+    call looks a kept reference's mask up here)."""
+    return self._jitted
 
 
 def _discovered(stateful: DiscoveryCache, args, kwargs):
