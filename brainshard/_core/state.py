@@ -18,7 +18,7 @@ import itertools
 import sys
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Sequence
+from typing import Any, ClassVar, Iterator, Sequence
 
 import jax
 
@@ -28,9 +28,6 @@ from brainshard._core.state_extras import StateExtras
 from brainshard._core.values import (
     Signature, canonical, describe_signature, describe_value, signature,
     to_array)
-
-if TYPE_CHECKING:
-  from brainshard._core.frames import Frame
 
 __all__ = [
     "State", "ParamState", "ShortTermState", "LongTermState",
@@ -62,7 +59,7 @@ _acquire_slots, _release_slots = SLOT_LOCK.acquire, SLOT_LOCK.release
 
 class _ThreadFrames(threading.local):
   def __init__(self):
-    self.stack: list[Frame] = []
+    self.stack: list = []  # of frames.Frame, which imports this module
 
 
 # ``thread_frames.stack`` is this thread's frame stack, innermost last: the
@@ -71,12 +68,12 @@ class _ThreadFrames(threading.local):
 thread_frames = _ThreadFrames()
 
 
-def frame_stack() -> list["Frame"]:
+def frame_stack() -> list:
   """This thread's active frames, innermost last."""
   return thread_frames.stack
 
 
-def current_frame() -> "Frame | None":
+def current_frame() -> Any:
   stack = thread_frames.stack
   return stack[-1] if stack else None
 
@@ -290,16 +287,9 @@ class State(StateExtras):
       return NotImplemented
 
   # -- internal surface -------------------------------------------------------
-  # What brainshard's other modules use of a State beyond ``value``; no
-  # module reads the underscore attributes above (tests/test_architecture.py
-  # checks it). Not for users: they read and write ``value``.
-  #   label()              how every message names the State
-  #   slot                 the global slot as is (UNSET while trace-local)
-  #   global_value()       the slot, or the "created inside a transform" error
-  #   global_signature()   its signature (cached until the next write)
-  #   set_global(v)        a top-level write of a checked value
-  #   keep_placed_value(v) the same value, placed by a program (not a write)
-  #   placed_by_program()  whether a program, not the user, placed the value
+  # What brainshard's other modules use of a State beyond ``value`` (users
+  # read and write ``value``); outside _core/ none reads the underscore
+  # attributes (tests/test_architecture.py checks it).
 
   def label(self) -> str:
     """How messages name the State: ``State 'v'``, or its type, value and

@@ -10,7 +10,7 @@ comparison per leaf; what is shared with every program (``same_placement``,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import jax
 from jax.sharding import NamedSharding, PartitionSpec as P
@@ -21,9 +21,6 @@ from brainshard._core.specs import (
     arg_leaf_specs, check_spec, has_explicit_axes, leaf_specs,
     resolve_state_spec)
 from brainshard._core.state import State
-
-if TYPE_CHECKING:
-  from brainshard._transforms.shard_map import ShardMappedFunction
 
 __all__ = ["Placement"]
 
@@ -38,9 +35,10 @@ class Placement:
   sharding, and per argument structure each leaf's, so a call whose inputs
   are placed right (the steady state: the states hold the previous call's
   outputs) costs one sharding comparison per leaf and rebuilds nothing.
+  ``owner`` is the ``ShardMappedFunction`` (its name, specs and planner).
   """
 
-  def __init__(self, owner: ShardMappedFunction, mesh: Any):
+  def __init__(self, owner: Any, mesh: Any):
     self.owner = owner
     self.mesh = mesh
     # Explicit-mode outputs come back with full-rank specs (P('x', None) for
