@@ -12,6 +12,8 @@ from the source alone (pure AST, nothing imported, well under a second):
   State and Frame declare the internal surface the others use;
 - no stale module names (from before the package had floors) remain in
   the package, the docs or benchmarks/ANALYSIS.md.
+
+``python tests/test_architecture.py`` prints every import edge.
 """
 
 from __future__ import annotations
@@ -342,3 +344,8 @@ def test_no_functools_caches():
            or (isinstance(node, ast.ImportFrom) and node.module == "functools"
                and {"lru_cache", "cache"} & {a.name for a in node.names})]
   assert not found, f"functools caches bs.clear_caches() cannot clear: {found}"
+
+
+if __name__ == "__main__":  # python tests/test_architecture.py: the edges
+  for a, b, line in sorted(set(import_edges())):
+    print(f"{a} -> {b}  (line {line})")
