@@ -8,10 +8,12 @@ from the source alone (pure AST, nothing imported, well under a second):
   count; ``if TYPE_CHECKING:`` ones do not, they never run);
 - no import circles;
 - no module reads another module's private (underscore) names, except
-  within a family of modules split from one (``random*``, ``shard_*``);
-  State and Frame declare the internal surface the others use;
+  within a family of modules split from one (``random*``, ``shard_*``) and
+  State's slot ``_value`` inside ``_core``; State and Frame declare the
+  internal surface the others use;
 - no stale module names (from before the package had floors) remain in
-  the package, the docs or benchmarks/ANALYSIS.md.
+  the package, the docs or benchmarks/ANALYSIS.md;
+- no ``functools`` cache, which ``bs.clear_caches()`` could not clear.
 
 ``python tests/test_architecture.py`` prints every import edge.
 """
