@@ -8,10 +8,10 @@ from brainshard._core.errors import StateTraceError
 from brainshard._core.state import (
     LongTermState, ParamState, ShortTermState, State)
 from brainshard._core.state_dict import StateDictManager
-from brainshard._core.discovery import StatefulFunction
+from brainshard._core.stateful_function import StatefulFunction
 from brainshard._transforms.jit import jit
 from brainshard._transforms.shard_map import shard_map
-from brainshard._simulation.progress import ProgressBar
+from brainshard._transforms.progress import ProgressBar
 from brainshard._transforms.loops import for_loop, scan, while_loop
 from brainshard._transforms.cond import cond, switch
 from brainshard._transforms.cond import ifelse

@@ -8,7 +8,7 @@ import pytest
 from jax.sharding import AxisType
 
 import brainshard as bs
-from brainshard._core.state import _UNSET, live_states
+from brainshard._core.state import UNSET, live_states
 
 assert jax.device_count() == 8, "tests need 8 (faked) CPU devices"
 
@@ -30,7 +30,7 @@ def no_tracer_left_in_any_state():
   yield
   for state in live_states():
     value = state._value
-    if value is _UNSET:
+    if value is UNSET:
       continue
     for leaf in jax.tree.leaves(value):
       assert not isinstance(leaf, jax.core.Tracer), (

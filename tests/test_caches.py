@@ -126,15 +126,15 @@ def test_a_transform_cache_stays_bounded():
   """A shard_map called with many signatures keeps at most maxsize plans."""
   m = mesh((2,), ("x",))
   f = bs.shard_map(lambda x: x * 2, mesh=m, in_specs=P("x"), out_specs=P("x"))
-  maxsize = f._plans.maxsize
-  f._plans.maxsize = 3  # small, so that a few signatures overflow it
+  maxsize = f.planner.plans.maxsize
+  f.planner.plans.maxsize = 3  # small, so that a few signatures overflow it
   try:
     for n in range(1, 6):
       np.testing.assert_array_equal(f(jnp.ones(2 * n)), np.full(2 * n, 2.0))
-      assert len(f._plans) <= 3
-    assert len(f._plans) == 3
+      assert len(f.planner.plans) <= 3
+    assert len(f.planner.plans) == 3
   finally:
-    f._plans.maxsize = maxsize
+    f.planner.plans.maxsize = maxsize
 
 
 def test_clear_caches_empties_every_cache():
@@ -142,3 +142,17 @@ def test_clear_caches_empties_every_cache():
   cache["a"] = 1
   bs.clear_caches()
   assert len(cache) == 0
+
+
+
+def test_clear_caches_forgets_spike_compactors():
+  from brainshard._simulation import spikes
+  buf = jnp.asarray(np.arange(8, dtype=np.uint32).reshape(2, 4))
+  before = spikes.compact(buf, 8)
+  first = spikes._compactor(None, None, 8)
+  assert spikes._compactor(None, None, 8) is first  # cached
+  bs.clear_caches()
+  assert spikes._compactor(None, None, 8) is not first
+  after = spikes.compact(buf, 8)  # compiled again, the same compaction
+  for x, y in zip(before[:4], after[:4]):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))

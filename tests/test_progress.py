@@ -58,7 +58,7 @@ def test_default_freq_and_scan_and_int_shorthand():
   jax.effects_barrier()
   counts = _counts(out.getvalue())
   assert counts[-1] == 300 and 0 < len(counts) < 120  # about 100 reports
-  assert bs._simulation.progress.as_progress_bar(25) == bs.ProgressBar(freq=25)
+  assert bs._transforms.progress.as_progress_bar(25) == bs.ProgressBar(freq=25)
   with pytest.raises(TypeError, match="pbar must be"):
     bs.for_loop(lambda: None, length=2, pbar="yes")
   with pytest.raises(ValueError, match="freq"):
@@ -250,7 +250,7 @@ def test_bad_values_fail_at_construction(kwargs, error, match):
 
 def test_integer_like_arguments_and_equality():
   assert bs.ProgressBar(freq=np.int64(5)) == bs.ProgressBar(freq=5)
-  assert bs._simulation.progress.as_progress_bar(np.int32(5)) == bs.ProgressBar(freq=5)
+  assert bs._transforms.progress.as_progress_bar(np.int32(5)) == bs.ProgressBar(freq=5)
   assert bs.ProgressBar(count=5) == bs.ProgressBar(count=5)
   assert bs.ProgressBar(count=5) != bs.ProgressBar(freq=5)
   assert repr(bs.ProgressBar(count=5, desc="x")) == "ProgressBar(count=5, desc='x')"

@@ -17,6 +17,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import brainshard as bs
+from brainshard._scaleout import checkpoint
 from brainshard._simulation import spikes as _spikes
 from brainshard._simulation.progress_chunks import ChunkBar
 
@@ -312,8 +313,8 @@ def _fake_checkpoints(monkeypatch):
     for k, s in states.items():
       s.value = jnp.asarray(values[k])
     return meta
-  monkeypatch.setattr(bs, "save_states", save_states, raising=False)
-  monkeypatch.setattr(bs, "restore_states", restore_states, raising=False)
+  monkeypatch.setattr(checkpoint, "save_states", save_states)
+  monkeypatch.setattr(checkpoint, "restore_states", restore_states)
   return saved
 
 

@@ -141,7 +141,7 @@ class StaticArgs:
     for leaf in leaves:
       if isinstance(leaf, State):
         raise TypeError(
-            f"{self.owner} was passed {leaf._label()} as an argument. States "
+            f"{self.owner} was passed {leaf.label()} as an argument. States "
             "are not arguments: close over the State in the function (read "
             "`state.value` inside it) and brainshard threads it through the "
             "transform.")

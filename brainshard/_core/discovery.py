@@ -20,10 +20,11 @@ from brainshard._core import compat
 from brainshard._core.args import Call, StaticArgs, fun_name
 from brainshard._core.caches import Cache
 from brainshard._core.frames import Frame, current_signature
-from brainshard._core.state import (
-    Signature, State, describe_signature, describe_value, signature)
+from brainshard._core.state import State
+from brainshard._core.values import Signature, signature
 
-__all__ = ["StatefulFunction", "Discovery", "DiscoveryFrame", "discover"]
+__all__ = ["DiscoveryCache", "Discovery", "DiscoveryFrame", "discover",
+           "evaluate", "still_valid"]
 
 
 class Discovery(NamedTuple):
@@ -135,7 +136,7 @@ def _check_no_state_out(name: str, out: Any) -> None:
   for leaf in jax.tree.leaves(out, is_leaf=lambda x: isinstance(x, State)):
     if isinstance(leaf, State):
       raise StateOutputError(
-          f"{name} returned {leaf._label()}. A transformed function returns "
+          f"{name} returned {leaf.label()}. A transformed function returns "
           "arrays: return `state.value` (a State stays where it is and its "
           "writes are kept anyway).")
 
@@ -171,33 +172,24 @@ def still_valid(d: Discovery) -> bool:
              for s, sig in zip(d.states, d.state_sigs, strict=True))
 
 
-class StatefulFunction:
-  """A function that closes over States, seen as a pure function of them.
+class DiscoveryCache:
+  """The discoveries of one function, cached per call signature.
 
-  Args:
-    fun: the Python function. It may read and write ``state.value`` of any
-      State it can reach.
-    static_argnums, static_argnames: arguments that are Python values steering
-      the trace (hashed into the cache key, like ``jax.jit``).
-    axis_env: ``[(axis_name, size), ...]`` so collectives such as
-      ``jax.lax.psum(x, 'x')`` can be traced outside ``shard_map``.
-
-  Discoveries are cached per call signature (static arguments, treedef and
-  avals of the others) and reused while every state keeps its signature;
-  :meth:`clear_cache` (or ``bs.clear_caches()``) forgets them.
+  The key is the static arguments' values, the treedef and the avals of the
+  others (``StaticArgs.key``); a discovery is reused while every state it
+  found keeps its signature. Every transform finds a function's States
+  through one of these; :class:`~brainshard.StatefulFunction` adds
+  brainstate's public methods on top.
 
   Example:
     >>> import brainshard as bs, jax.numpy as jnp
+    >>> from brainshard._core.discovery import DiscoveryCache
     >>> w = bs.State(jnp.ones(3), name='w')
     >>> def f(x):
     ...   w.value = w.value * x
-    ...   return w.value.sum()
-    >>> sf = bs.StatefulFunction(f)
-    >>> sf.get_states(2.0) == (w,)
+    >>> d = DiscoveryCache(f).discover(2.0)
+    >>> d.read_states == d.write_states == (w,)
     True
-    >>> new_vals, out = sf.jaxpr_call([w.value], 2.0)
-    >>> out, w.value  # jaxpr_call is pure: w is untouched
-    (Array(6., dtype=float32), Array([1., 1., 1.], dtype=float32))
   """
 
   def __init__(self, fun: Callable, *,
@@ -215,15 +207,12 @@ class StatefulFunction:
     self.axis_env = list(axis_env) if axis_env else None
     self._static_error = _static_range_error(self.static, fun)
     self._cache: Cache = Cache()
-    self._last: Discovery | None = None
-    self._core = None  # the compiled program of __call__, made on first call
+    self.last: Discovery | None = None  # the most recent discovery
 
   def clear_cache(self) -> None:
-    """Forgets every cached discovery of this function (and the program
-    calling it compiled)."""
+    """Forgets every cached discovery of this function."""
     self._cache.clear()
-    self._last = None
-    self._core = None
+    self.last = None
 
   # -- discovery ------------------------------------------------------------
 
@@ -237,6 +226,11 @@ class StatefulFunction:
     if found is not None and not still_valid(found):
       found = None
     return found, call, key, leaves
+
+  def cached(self, key: Hashable) -> Discovery | None:
+    """The discovery cached under ``key`` (a :meth:`lookup` key), even one
+    a state's new signature made stale; None if there is none."""
+    return self._cache.get(key)
 
   def discover(self, *args, **kwargs) -> Discovery:
     """Traces (or fetches from the cache) the discovery for this call."""
@@ -252,108 +246,5 @@ class StatefulFunction:
 
       found = self._cache[key] = discover(run, leaves, self.name,
                                           axis_env=self.axis_env)
-    self._last = found
+    self.last = found
     return found
-
-  # -- public API -----------------------------------------------------------
-
-  def make_jaxpr(self, *args, **kwargs) -> Any:
-    """The ClosedJaxpr: inputs are the dynamic argument leaves, then the
-    leaves of the read states; outputs are the function's output leaves,
-    then the leaves of the written states."""
-    return self.discover(*args, **kwargs).jaxpr
-
-  def _discovery_for(self, args, kwargs, compile_if_miss: bool = True
-                     ) -> Discovery:
-    if not args and not kwargs and self._last is not None:
-      return self._last
-    if not compile_if_miss:
-      found = self.lookup(args, kwargs)[0]
-      if found is None:
-        raise ValueError(
-            f"{self.name}: nothing discovered (not compiled) for these "
-            "arguments yet and compile_if_miss=False; call it, or pass "
-            "compile_if_miss=True.")
-      return found
-    return self.discover(*args, **kwargs)
-
-  def get_states(self, *args, compile_if_miss: bool = True, **kwargs
-                 ) -> tuple[State, ...]:
-    """Every State the function touches (for these arguments; with no
-    arguments, for the most recent discovery). ``compile_if_miss=False``
-    (brainstate's keyword) raises instead of tracing an unseen call."""
-    return self._discovery_for(args, kwargs, compile_if_miss).states
-
-  def get_read_states(self, *args, compile_if_miss: bool = True, **kwargs
-                      ) -> tuple[State, ...]:
-    """States read before being written: the pure function's inputs."""
-    return self._discovery_for(args, kwargs, compile_if_miss).read_states
-
-  def get_write_states(self, *args, compile_if_miss: bool = True, **kwargs
-                       ) -> tuple[State, ...]:
-    """States the function writes."""
-    return self._discovery_for(args, kwargs, compile_if_miss).write_states
-
-  def get_jaxpr(self, *args, compile_if_miss: bool = True, **kwargs) -> Any:
-    """:meth:`make_jaxpr` for these arguments (with none, the most recent);
-    ``compile_if_miss=False`` raises instead of tracing an unseen call."""
-    return self._discovery_for(args, kwargs, compile_if_miss).jaxpr
-
-  def get_out_shapes(self, *args, compile_if_miss: bool = True, **kwargs
-                     ) -> Any:
-    """ShapeDtypeStructs of the function's output (as :meth:`get_jaxpr`)."""
-    return self._discovery_for(args, kwargs, compile_if_miss).out_shapes
-
-  def get_out_treedef(self, *args, compile_if_miss: bool = True, **kwargs
-                      ) -> Any:
-    """The treedef of the function's output (as :meth:`get_jaxpr`)."""
-    return jax.tree.structure(
-        self._discovery_for(args, kwargs, compile_if_miss).out_shapes)
-
-  def __call__(self, *args, **kwargs) -> Any:
-    """Runs the function and writes its results to the States, compiled
-    once per call signature exactly as ``bs.jit(fun)`` (brainstate's
-    ``sf(*args)``). Its discoveries are this object's.
-
-    Example:
-      >>> import brainshard as bs, jax.numpy as jnp
-      >>> c = bs.State(jnp.zeros(()), name='c')
-      >>> def tick(dt):
-      ...   c.value = c.value + dt
-      ...   return c.value
-      >>> sf = bs.StatefulFunction(tick)
-      >>> sf(0.5), sf(0.5)
-      (Array(0.5, dtype=float32), Array(1., dtype=float32))
-    """
-    core = self._core
-    if core is None:
-      from brainshard._core.program import StatefulJit  # program imports us
-      core = self._core = StatefulJit(self.fun, self.name, stateful=self)
-    return core.entry(*args, **kwargs)
-
-  def jaxpr_call(self, state_vals: Sequence[Any], *args, **kwargs
-                 ) -> tuple[list[Any], Any]:
-    """Runs the function purely: ``state_vals`` are the values of
-    :meth:`get_states` (in that order); returns ``(new_state_vals, out)``.
-    No State is read or written."""
-    d = self.discover(*args, **kwargs)
-    state_vals = list(state_vals)
-    if len(state_vals) != len(d.states):
-      raise ValueError(
-          f"{self.name}.jaxpr_call: State length mismatch: got "
-          f"{len(state_vals)} state values, but the function touches "
-          f"{len(d.states)} states "
-          f"({', '.join(s._label() for s in d.states)}).")
-    for i, (s, v, sig) in enumerate(zip(d.states, state_vals, d.state_sigs)):
-      if jax.tree.structure(v) != sig[0]:
-        raise ValueError(
-            f"{self.name}.jaxpr_call: the value given for {s._label()} is "
-            f"{describe_value(v)} at index {i}, but the state holds "
-            f"{describe_signature(sig)}; pass one value per state of "
-            "get_states(), in that order.")
-    by_id = {id(s): v for s, v in zip(d.states, state_vals)}
-    _, leaves, _ = self.static.key(self.static.split(args, kwargs))
-    out, written = evaluate(d, leaves, [by_id[id(s)] for s in d.read_states])
-    for s, v in zip(d.write_states, written, strict=True):
-      by_id[id(s)] = v
-    return [by_id[id(s)] for s in d.states], out

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from brainshard._core import compat, donation
 from brainshard._core.errors import Rediscover
-from brainshard._core.state import SLOT_LOCK, _frames
+from brainshard._core.state import SLOT_LOCK, thread_frames as _frames
 
 __all__ = ["MAX_STATES", "make_entry"]
 
@@ -50,7 +50,7 @@ def make_entry(program: Any) -> Callable:
       _frames=_frames, _top=compat.at_top_level, _rc=sys.getrefcount,
       _SOLE=donation.SOLE_LOCAL, _Array=compat.ArrayImpl,
       _jitted=program.j_all, _jitted_for=program.jitted_for,
-      _variants=program._jitted,
+      _variants=program.variants,
       _sole_tree=donation.sole_tree, _generic=program.call,
       _on_type_error=program.on_type_error, _retry=program.owner.retry,
       _Rediscover=Rediscover, _LOCK=SLOT_LOCK)
@@ -79,7 +79,7 @@ def _body(program: Any, ns: dict) -> list[str]:
     ns[f"W{i}"] = s
   head = ["if _frames.stack or not _top():",
           "  return _generic(args, kwargs)",
-          "with _LOCK:"]  # see SLOT_LOCK in _state.py
+          "with _LOCK:"]  # see SLOT_LOCK in _core/state.py
   lines = [f"c{i} = C{i}._value" for i in range(len(cand))]
   lines += [f"r{i} = R{i}._value" for i in range(len(rest))]
   lines += ["_j = _jitted"]

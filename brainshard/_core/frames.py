@@ -25,8 +25,9 @@ import jax
 from brainshard._core import compat
 from brainshard._core.errors import StateTraceError
 from brainshard._core.state import (
-    _UNSET, Signature, State, _frames, describe_signature, describe_value,
-    frame_stack, signature, store, to_array)
+    UNSET, State, frame_stack, store, thread_frames)
+from brainshard._core.values import (
+    Signature, describe_signature, describe_value, signature, to_array)
 
 __all__ = ["Frame", "ReplayFrame", "replay", "union", "gather_values",
            "write_results", "current_signature", "manual_axes"]
@@ -54,7 +55,18 @@ class Frame:
   written (its *outputs*). Subclasses decide what a state's value is on its
   first read inside the frame (:meth:`first_read`) and how an outer aval maps
   to an inner one (:meth:`inner_signature`, e.g. per-shard for shard_map).
+
+  The fields below are declared here and set by the frames of the
+  transforms that have them; code that runs inside a trace (random draws,
+  progress bars) reads them from :func:`frame_stack` to learn where it runs.
   """
+
+  # ``(axis name, size)`` of a ``bs.shard_map`` body's manual mesh axes.
+  manual_axes: tuple[tuple[str, int], ...] = ()
+  # ``(axis name, size)`` of the ``bs.vmap`` a member frame belongs to.
+  vmap_axes: tuple[tuple[Any, int], ...] = ()
+  # The mesh of a ``bs.shard_map`` body (None elsewhere).
+  mesh: Any = None
 
   def __init__(self, name: str):
     self.name = name
@@ -67,7 +79,7 @@ class Frame:
   # -- lifetime -------------------------------------------------------------
 
   def __enter__(self) -> "Frame":
-    stack = _frames.stack
+    stack = thread_frames.stack
     self.parent = stack[-1] if stack else None
     self._trace = compat.current_trace()
     self._trace_state = compat.get_opaque_trace_state()
@@ -75,7 +87,7 @@ class Frame:
     return self
 
   def __exit__(self, *exc) -> None:
-    stack = _frames.stack
+    stack = thread_frames.stack
     assert stack and stack[-1] is self, "brainshard frame stack corrupted"
     stack.pop()
     if self._foreign_reads:  # see compat.forget_staged_closures
@@ -120,7 +132,7 @@ class Frame:
     if compat.get_opaque_trace_state() != self._trace_state:
       # Read under a JAX transform nested in this frame, which may cache
       # the value it closes over past this frame's trace.
-      for frame in _frames.stack:
+      for frame in thread_frames.stack:
         frame._foreign_reads = True
     return value
 
@@ -132,7 +144,7 @@ class Frame:
       # bs.jit inside a shard_map body): the value belongs to this frame's
       # trace, or the nested trace would capture it and keep it.
       with compat.under_trace(self._trace):
-        outer = self.parent.lookup(state) if self.parent else state._global_value()
+        outer = self.parent.lookup(state) if self.parent else state.global_value()
         value = self.first_read(state, outer)
       slot = self.slots[id(state)] = _Slot(
           state, value, signature(value), is_input=True)
@@ -143,13 +155,13 @@ class Frame:
     if slot is not None:
       return slot.sig
     outer = (self.parent.signature_of(state) if self.parent
-             else state._global_signature())
+             else state.global_signature())
     return self.inner_signature(state, outer)
 
   def write(self, state: State, value: Any) -> None:
     if compat.get_opaque_trace_state() != self._trace_state:
       raise StateTraceError(
-          f"{state._label()} was written inside a JAX transform that "
+          f"{state.label()} was written inside a JAX transform that "
           f"brainshard does not manage (such as jax.jit, jax.vmap, "
           f"jax.lax.scan or jax.lax.cond) nested in {self.name}. The write "
           "would leave a tracer in the State. Write states only directly "
@@ -190,7 +202,7 @@ class Frame:
 def _conform(state: State, value: Any, ref: Signature, where: str) -> Any:
   """Checks a traced write keeps the state's structure, shapes and dtypes."""
   ref_tree, ref_avals = ref
-  owner = f"{where}: {state._label()}"
+  owner = f"{where}: {state.label()}"
   leaves, tree = jax.tree.flatten(value)
   if tree != ref_tree:
     raise ValueError(
@@ -258,7 +270,7 @@ def replay(frame: ReplayFrame, fun: Callable, args: tuple, kwargs: dict,
       if callable(on_unknown):
         raise on_unknown(frame, extra)
       raise StateTraceError(
-          f"{frame.name} touched {extra[0]._label()} when traced "
+          f"{frame.name} touched {extra[0].label()} when traced "
           f"{on_unknown}, but not when its states were discovered for the "
           "same arguments. The function must touch the same States every "
           "time it is traced with the same argument shapes.")
@@ -278,10 +290,10 @@ def gather_values(states: Sequence[State], where: str) -> list[Any]:
   """Current values of ``states``: frame-aware, with a fast top-level path."""
   if frame_stack():
     return [s.value for s in states]
-  values = [s._value for s in states]
+  values = [s.slot for s in states]
   for s, v in zip(states, values, strict=True):
-    if v is _UNSET:
-      s._global_value()  # raises the "created inside a transform" error
+    if v is UNSET:
+      s.global_value()  # raises the "created inside a transform" error
   return values
 
 
@@ -293,14 +305,14 @@ def write_results(states: list[State], values: list[Any], where: str) -> None:
   ones; if they are traced, the transform ran under a foreign JAX transform
   and the write is refused (nothing is written).
   """
-  stack = _frames.stack
+  stack = thread_frames.stack
   if stack:
     for state, value in zip(states, values, strict=True):
       stack[-1].write(state, value)
     return
   if states and not compat.at_top_level():
     raise StateTraceError(
-        f"{where} writes {states[0]._label()}, but it was called under a JAX "
+        f"{where} writes {states[0].label()}, but it was called under a JAX "
         "transform that brainshard does not manage (such as jax.jit, "
         "jax.vmap or jax.grad), so the State would keep a tracer. Use "
         "brainshard transforms at every level (bs.jit instead of jax.jit).")
@@ -309,21 +321,21 @@ def write_results(states: list[State], values: list[Any], where: str) -> None:
 
 def current_signature(state: State) -> Signature:
   """The state's signature as the innermost frame (or top level) sees it."""
-  stack = _frames.stack
+  stack = thread_frames.stack
   if stack:
     return stack[-1].signature_of(state)
-  return state._global_signature()
+  return state.global_signature()
 
 
 def manual_axes() -> tuple[tuple[str, int], ...]:
   """``(axis name, size)`` of every manual mesh axis of the ``bs.shard_map``
   bodies being traced on this thread, outermost first (empty outside one).
 
-  A shard_map body's frame carries its axes as ``manual_axes``.
+  A shard_map body's frame carries its axes as :attr:`Frame.manual_axes`.
   """
   axes: list[tuple[str, int]] = []
   for frame in frame_stack():
-    for axis in getattr(frame, "manual_axes", ()):
+    for axis in frame.manual_axes:
       if axis not in axes:
         axes.append(axis)
   return tuple(axes)

@@ -28,13 +28,13 @@ import jax
 
 from brainshard._core import caches, compat, donation, fastcall
 from brainshard._core.args import StaticArgs, fun_name
-from brainshard._core.discovery import StatefulFunction, evaluate
+from brainshard._core.discovery import DiscoveryCache, evaluate
 from brainshard._core.errors import Rediscover
 from brainshard._core.frames import (
     ReplayFrame, current_signature, gather_values, replay, union,
     write_results)
 from brainshard._core.placement import HintedPlacement
-from brainshard._core.state import SLOT_LOCK, State, _frames
+from brainshard._core.state import SLOT_LOCK, State, thread_frames as _frames
 
 __all__ = ["Program", "StatefulJit", "Rediscover"]
 
@@ -200,15 +200,21 @@ class Program:
   def on_type_error(self) -> None:
     gather_values(self.reads, self.owner.name)  # the State's own error, if any
 
+  @property
+  def variants(self) -> dict[tuple[bool, ...], Any]:
+    """The ``jax.jit`` compiled so far per donation mask (the generated
+    call looks a kept reference's mask up here)."""
+    return self._jitted
 
-def _discovered(stateful: StatefulFunction, args, kwargs):
+
+def _discovered(stateful: DiscoveryCache, args, kwargs):
   """The cached discovery of this call and its argument leaves, valid while
   each state keeps its shape and dtype: placing a state (placement.py's
   ``keep_placed``) changes its aval's sharding on an Explicit mesh, not
   what the jaxpr computes, so the first call still runs the body once."""
   d, call, key, leaves = stateful.lookup(args, kwargs)
   if d is None:
-    d = stateful._cache.get(key)
+    d = stateful.cached(key)
     if d is not None and not all(
         map(_same_but_placement, map(current_signature, d.states),
             d.state_sigs)):
@@ -230,7 +236,7 @@ class StatefulJit:
   Args:
     fun: the function to re-run under ``jax.jit``.
     name: used in errors, e.g. ``bs.jit(step)``.
-    stateful: the function's StatefulFunction: its discoveries give the
+    stateful: the function's DiscoveryCache: its discoveries give the
       first program's states (and placement hints), and ``jax.jit`` may
       evaluate them instead of running the Python function again.
     discover: instead of ``stateful``, ``(args, kwargs) -> (reads, writes)``.
@@ -247,7 +253,7 @@ class StatefulJit:
   """
 
   def __init__(self, fun: Callable, name: str, *,
-               stateful: StatefulFunction | None = None,
+               stateful: DiscoveryCache | None = None,
                discover: Callable | None = None,
                static: StaticArgs | None = None, donate_argnums=(),
                donate_states: bool | str = "auto", jit_kwargs=None,

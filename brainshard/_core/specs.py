@@ -14,7 +14,8 @@ from jax.sharding import AxisType, PartitionSpec as P
 
 from brainshard._core import compat, state_filter
 from brainshard._core.axes import logical_spec
-from brainshard._core.state import State, describe_value
+from brainshard._core.state import State
+from brainshard._core.values import describe_value
 
 __all__ = [
     "check_kwarg_specs",
@@ -72,8 +73,8 @@ def resolve_state_spec(state: State, specs: StateSpecs, *,
     return state.spec
   if state.axes is not None:
     if value is None:
-      value = jax.tree.unflatten(*state._global_signature())
-    return logical_spec(state.axes, value, state._label(), rules, mesh)
+      value = jax.tree.unflatten(*state.global_signature())
+    return logical_spec(state.axes, value, state.label(), rules, mesh)
   return P()
 
 

@@ -1,9 +1,11 @@
 """State objects, their global slots, and the per-thread stack of frames.
 
 A ``State`` holds a pytree of arrays in one global slot, ``_value``, that only
-ever contains concrete arrays. While a brainshard transform traces a
-function, every ``state.value`` read or write goes to the innermost
-:class:`Frame` on this thread's stack instead. The frame keeps the traced
+ever contains concrete arrays (other modules read it through the State's
+declared internal surface: ``slot``, ``global_value()``, see the class).
+While a brainshard transform traces a function, every ``state.value`` read
+or write goes to the innermost :class:`Frame` on this thread's stack
+instead. The frame keeps the traced
 values for the duration of the trace and records which states were read and
 written; the transform then writes concrete results back. Tracers therefore
 never reach a State's global slot, and two threads can trace functions that
@@ -13,21 +15,19 @@ touch the same State at the same time.
 from __future__ import annotations
 
 import itertools
-import re
 import sys
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import Any, ClassVar, Iterator, Sequence
 
 import jax
-import jax.numpy as jnp
 
 from brainshard._core import compat
 from brainshard._core.errors import StateTraceError, check_not_scalar_list
 from brainshard._core.state_extras import StateExtras
-
-if TYPE_CHECKING:
-  from brainshard._core.frames import Frame
+from brainshard._core.values import (
+    Signature, canonical, describe_signature, describe_value, signature,
+    to_array)
 
 __all__ = [
     "State", "ParamState", "ShortTermState", "LongTermState",
@@ -45,71 +45,6 @@ _creation_counter = itertools.count()
 
 
 # ----------------------------------------------------------------------------
-# Values and their signatures
-
-
-Signature = tuple  # (treedef, tuple of leaf avals)
-
-
-def signature(value: Any) -> Signature:
-  leaves, treedef = jax.tree.flatten(value)
-  return treedef, tuple(map(jax.typeof, leaves))
-
-
-def describe_value(value: Any) -> str:
-  """``f32[16]`` for an array leaf, the pytree of those for a pytree."""
-  leaves, treedef = jax.tree.flatten(value)
-  shorts = [_short(x) for x in leaves]
-  if treedef == jax.tree.structure(0):
-    return shorts[0]
-  return str(jax.tree.unflatten(treedef, shorts)).replace("'", "")
-
-
-def describe_signature(sig: Signature) -> str:
-  treedef, avals = sig
-  shorts = [_aval_short(a) for a in avals]
-  if treedef == jax.tree.structure(0):
-    return shorts[0]
-  return str(jax.tree.unflatten(treedef, shorts)).replace("'", "")
-
-
-def _short(x: Any) -> str:
-  try:
-    return _aval_short(jax.typeof(x))
-  except TypeError:
-    return type(x).__name__
-
-
-def _aval_short(aval: Any) -> str:
-  # ``f32[16@x]``-style, without the ``{V:x}`` varying-axes suffix that
-  # values inside shard_map carry: messages are about shapes and dtypes.
-  return re.sub(r"\{V:[^}]*\}", "", aval.str_short())
-
-
-def to_array(x: Any, owner: str) -> Any:
-  if not isinstance(x, jax.Array):
-    try:
-      x = jnp.asarray(x)
-    except TypeError:
-      raise TypeError(
-          f"{owner}: a State value must be a pytree of arrays, but one leaf is "
-          f"{type(x).__name__} ({x!r:.60}).") from None
-  return x
-
-
-def _strong(x: Any) -> Any:
-  # Weak types (from Python scalars) would make `State(0.0)` and the strongly
-  # typed value a transform writes back two different signatures.
-  if jax.typeof(x).weak_type:
-    return jax.lax.convert_element_type(x, x.dtype)
-  return x
-
-
-def _canonical(value: Any, owner: str) -> Any:
-  return jax.tree.map(lambda x: _strong(to_array(x, owner)), value)
-
-
-# ----------------------------------------------------------------------------
 # The per-thread frame stack
 
 
@@ -119,23 +54,27 @@ def _canonical(value: Any, owner: str) -> Any:
 # holds it; without the lock another thread could take a reference between
 # that check and the dispatch, and find the array deleted.
 SLOT_LOCK = threading.RLock()
+_acquire_slots, _release_slots = SLOT_LOCK.acquire, SLOT_LOCK.release
 
 
 class _ThreadFrames(threading.local):
   def __init__(self):
-    self.stack: list[Frame] = []
+    self.stack: list = []  # of frames.Frame, which imports this module
 
 
-_frames = _ThreadFrames()
+# ``thread_frames.stack`` is this thread's frame stack, innermost last: the
+# attribute itself, for the call paths that test it on every call (one
+# attribute load; frame_stack() below is the same list behind a call).
+thread_frames = _ThreadFrames()
 
 
-def frame_stack() -> list["Frame"]:
+def frame_stack() -> list:
   """This thread's active frames, innermost last."""
-  return _frames.stack
+  return thread_frames.stack
 
 
-def current_frame() -> "Frame | None":
-  stack = _frames.stack
+def current_frame() -> Any:
+  stack = thread_frames.stack
   return stack[-1] if stack else None
 
 
@@ -148,7 +87,7 @@ class _Unset:
     return "<unset>"
 
 
-_UNSET = _Unset()
+UNSET = _Unset()  # the global slot of a State that exists only in a trace
 
 
 class State(StateExtras):
@@ -182,11 +121,17 @@ class State(StateExtras):
     Array([1., 1., 1., 1.], dtype=float32)
   """
 
+  # True where every ``bs.vmap`` member shares the value even under an int
+  # ``state_in_axes`` (a RandomState: the members share the key and each
+  # folds in its member index). A class-level hook set by the subclass, so
+  # that vmap (a transform) need not import the layers above it.
+  vmap_shared: ClassVar[bool] = False
+
   def __init__(self, value: Any, name: str | None = None, *, spec: Any = None,
                axes: Any = None):
     if isinstance(value, State):
       raise TypeError(
-          f"State(...) was given another State {value._label()}; pass its "
+          f"State(...) was given another State {value.label()}; pass its "
           "value (`state.value`) instead.")
     check_not_scalar_list(value, f"{type(self).__name__}"
                           f"({'...' if name is None else repr(name)})")
@@ -199,7 +144,7 @@ class State(StateExtras):
     self._origin = f"{caller.f_code.co_filename}:{caller.f_lineno}"
     self._created_in: str | None = None
     self._sig: Signature | None = None
-    self._value = _UNSET
+    self._value = UNSET
     self._placed = None  # see _keep_placed
     self._order = next(_creation_counter)
     frame = current_frame()
@@ -216,29 +161,37 @@ class State(StateExtras):
 
   @property
   def value(self) -> Any:
-    stack = _frames.stack
+    stack = thread_frames.stack
     if stack:
       return stack[-1].read(self)
-    with SLOT_LOCK:
-      return self._global_value()
+    # Read after every step in the notebook pattern: the lock's bound
+    # methods (half the cost of ``with`` here) and the slot read inline.
+    _acquire_slots()
+    try:
+      value = self._value
+    finally:
+      _release_slots()
+    if value is UNSET:
+      return self.global_value()  # raises: a transform-local state
+    return value
 
   @value.setter
   def value(self, new_value: Any) -> None:
-    stack = _frames.stack
+    stack = thread_frames.stack
     if stack:
       stack[-1].write(self, new_value)
     else:
-      self._set_global(self._checked_top_level(new_value, "written"))
+      self.set_global(self._checked_top_level(new_value, "written"))
 
   def restore_value(self, value: Any) -> None:
     """Sets the value without recording a write (used to inject values)."""
-    stack = _frames.stack
+    stack = thread_frames.stack
     if stack:
       stack[-1].restore(self, value)
     else:
-      self._set_global(self._checked_top_level(value, "restored"))
+      self.set_global(self._checked_top_level(value, "restored"))
 
-  def replace(self, value: Any = _UNSET, **changes: Any) -> "State":
+  def replace(self, value: Any = UNSET, **changes: Any) -> "State":
     """A new State of this type holding ``value``, with this one's name,
     ``spec`` and ``axes`` (brainstate's ``replace``); this one is unchanged.
     ``name=`` (or brainstate's ``_name=``), ``spec=``, ``axes=`` change those;
@@ -254,7 +207,7 @@ class State(StateExtras):
     if isinstance(value, State):
       return self._replaced_by(value)
     fields = self._replaced_fields(changes)
-    if value is _UNSET:
+    if value is UNSET:
       value = self.value
     new = object.__new__(type(self))
     # public attributes (a subclass's too); State.__init__ sets the rest
@@ -281,7 +234,7 @@ class State(StateExtras):
     pytree value), or ``None`` where the value is not on a mesh (a single
     device) or is being traced."""
     value = self._value
-    if value is _UNSET or _frames.stack:
+    if value is UNSET or thread_frames.stack:
       return None
     def named(x):
       s = getattr(x, "sharding", None)
@@ -292,7 +245,7 @@ class State(StateExtras):
     parts = []
     if self.name is not None:
       parts.append(f"name={self.name!r}")
-    if self._value is _UNSET:
+    if self._value is UNSET:
       parts.append(f"value={describe_signature(self._sig)} (transform-local)")
     else:
       parts.append(f"value={describe_value(self._value)}")
@@ -333,31 +286,45 @@ class State(StateExtras):
     except AttributeError:
       return NotImplemented
 
-  # -- internals ------------------------------------------------------------
+  # -- internal surface -------------------------------------------------------
+  # What brainshard's other modules use of a State beyond ``value`` (users
+  # read and write ``value``); outside _core/ none reads the underscore
+  # attributes (tests/test_architecture.py checks it).
 
-  def _label(self) -> str:
+  def label(self) -> str:
+    """How messages name the State: ``State 'v'``, or its type, value and
+    where it was created when it has no name."""
     if self.name is not None:
       return f"{type(self).__name__} {self.name!r}"
     if self._sig is not None:
       desc = describe_signature(self._sig)
-    elif self._value is not _UNSET:
+    elif self._value is not UNSET:
       desc = describe_value(self._value)
     else:
       desc = "..."
     return f"{type(self).__name__}({desc}) created at {self._origin}"
 
-  def _global_value(self) -> Any:
+  @property
+  def slot(self) -> Any:
+    """The global slot as is: the concrete value, or ``UNSET`` while the
+    State exists only inside a transform. No frame, lock or check."""
+    return self._value
+
+  def global_value(self) -> Any:
+    """The concrete value in the global slot (frames ignored); raises for
+    a State created inside a transform that has returned."""
     value = self._value
-    if value is _UNSET:
+    if value is UNSET:
       raise StateTraceError(
-          f"{self._label()} was created inside {self._created_in} (at "
+          f"{self.label()} was created inside {self._created_in} (at "
           f"{self._origin}) and read after that transform returned. A State "
           "created inside a transformed function exists only while it is "
           "traced: create it outside the function, or return its value.")
     return value
 
-  def _global_signature(self) -> Signature:
-    value = self._global_value()  # raises for a transform-local state
+  def global_signature(self) -> Signature:
+    """The signature of :meth:`global_value`."""
+    value = self.global_value()  # raises for a transform-local state
     if self._sig is None:  # computed lazily: write-backs only reset it
       self._sig = signature(value)
     return self._sig
@@ -365,25 +332,27 @@ class State(StateExtras):
   def _checked_top_level(self, value: Any, action: str) -> Any:
     if not compat.at_top_level() or compat.is_traced(value):
       raise StateTraceError(
-          f"{self._label()} was {action} under a JAX transform that "
+          f"{self.label()} was {action} under a JAX transform that "
           "brainshard does not manage (such as jax.jit, jax.vmap or "
           "jax.grad), so the State would keep a tracer. Use the brainshard "
           "transform instead (bs.jit, bs.shard_map, ...), or return the value "
           "from the JAX-transformed function and assign it outside. Reading a "
           "State under jax.jit is allowed: its value is captured as a "
           "constant.")
-    if action != "created" and (self._value is _UNSET or jax.tree.structure(
+    if action != "created" and (self._value is UNSET or jax.tree.structure(
         self._value) != jax.tree.structure(value)):
-      check_not_scalar_list(value, f"{self._label()} ({action})")
-    return _canonical(value, self._label())
+      check_not_scalar_list(value, f"{self.label()} ({action})")
+    return canonical(value, self.label())
 
-  def _set_global(self, value: Any) -> None:
+  def set_global(self, value: Any) -> None:
+    """Puts an already checked concrete value in the global slot (a write:
+    the signature and placement are forgotten)."""
     self._value = value
     self._sig = None
     self._created_in = None
     self._placed = None
 
-  def _keep_placed(self, value: Any) -> None:
+  def keep_placed_value(self, value: Any) -> None:
     """Replaces the value by the same value placed where a program reads it
     (not a write: see _core/placement.py ``keep_placed``)."""
     self._value = value
@@ -392,7 +361,7 @@ class State(StateExtras):
     # A weak reference: a second strong one would stop donation.
     self._placed = weakref.ref(leaf[0]) if leaf else None
 
-  def _placed_by_program(self) -> bool:
+  def placed_by_program(self) -> bool:
     """Whether a program, not the user, put the value where it lives."""
     ref = self._placed
     leaf = jax.tree.leaves(self._value)[:1] if ref is not None else ()

@@ -18,6 +18,8 @@ from typing import Any
 
 import jax
 
+from brainshard._core.state_ref import StateRef
+
 __all__ = ["StateExtras"]
 
 
@@ -31,7 +33,7 @@ class StateExtras:
       field = key[1:] if key == "_name" else key  # brainstate's spelling
       if field not in fields:
         raise TypeError(
-            f"{self._label()}.replace() got {key}=; it takes a value and "
+            f"{self.label()}.replace() got {key}=; it takes a value and "
             "name= (or _name=), spec=, axes=.")
       fields[field] = new
     return fields
@@ -40,7 +42,7 @@ class StateExtras:
     # brainstate: replace(state) of the same type is that state
     if type(other) is not type(self):
       raise ValueError(
-          f"{self._label()}.replace() was given {other._label()} of another "
+          f"{self.label()}.replace() was given {other.label()} of another "
           "type; pass a value or a State of the same type.")
     return other
 
@@ -59,7 +61,7 @@ class StateExtras:
     """Sets this State's value to ``other``'s (a State of the same type)."""
     if type(other) is not type(self):
       raise ValueError(
-          f"{self._label()}.copy_from() needs a State of the same type; got "
+          f"{self.label()}.copy_from() needs a State of the same type; got "
           f"{other!r}.")
     if other is not self:
       self.value = other.value
@@ -68,7 +70,6 @@ class StateExtras:
     """A :class:`~brainshard._core.state_ref.StateRef`: this State's type,
     name, spec, axes and current value as a pytree (brainstate's
     ``to_state_ref``); ``ref.to_state()`` rebuilds a State from it."""
-    from brainshard._core.state_ref import StateRef
     return StateRef(type(self), self.value, self.name, self.spec, self.axes)
 
   def update_from_ref(self, ref: Any) -> None:

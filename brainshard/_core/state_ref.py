@@ -23,6 +23,8 @@ from typing import Any
 
 import jax
 
+from brainshard._core.values import describe_value
+
 __all__ = ["StateRef"]
 
 
@@ -65,6 +67,5 @@ class StateRef:
     return cls(type_, children[0], name, spec, axes)
 
   def __repr__(self) -> str:
-    from brainshard._core.state import describe_value
     return (f"StateRef({self.type.__name__}, name={self.name!r}, "
             f"value={describe_value(self.value)})")

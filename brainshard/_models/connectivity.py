@@ -29,7 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-import brainshard as bs
+from brainshard._scaleout.multihost import gather
+from brainshard._transforms.shard_map import shard_map
 from brainshard._models.build import Spec, count_pass, fill_pass
 from brainshard._models.distributions import with_lower
 from brainshard._models.index import SynapseIndex
@@ -189,13 +190,13 @@ def connect(projections: Sequence[Projection], layout: Layout, *, dt: float,
   kw = dict(seed=int(seed), axis=axis, n_local=n_local, n_pre=n_pre)
   args = [a for a in arrays if a is not None]
   rep = (P(),) * len(args)
-  indptr, count, degree = bs.shard_map(
+  indptr, count, degree = shard_map(
       _with_none(count_pass(specs, **kw), arrays), mesh=mesh,
       in_specs=rep, out_specs=P(axis))(*args)
   count_h, degree_h = jax.device_get((count, degree))  # 2S scalars
   capacity = max(1, int(count_h.max()))
   fill = fill_pass(specs, capacity=capacity, dt=float(dt), **kw)
-  post, weight, delay, receptor, dmin, dmax = bs.shard_map(
+  post, weight, delay, receptor, dmin, dmax = shard_map(
       _with_none(fill, arrays, first=1), mesh=mesh,
       in_specs=(P(axis),) + rep, out_specs=P(axis))(indptr, *args)
   dmin = np.asarray(dmin).reshape(S, -1).min(0) if specs else np.ones(1)
@@ -241,8 +242,8 @@ def synapses(index: SynapseIndex) -> dict[str, np.ndarray]:
     >>> bm.synapses(idx)['pre'].tolist()
     [0, 3]
   """
-  h = bs.gather({k: getattr(index, k) for k in
-                 ("indptr", "post", "weight", "delay", "receptor", "count")})
+  h = gather({k: getattr(index, k) for k in
+              ("indptr", "post", "weight", "delay", "receptor", "count")})
   S, cap, n = index.n_shards, index.capacity, index.n_pre
   cols: dict[str, list] = {k: [] for k in
                            ("pre", "post", "weight", "delay", "receptor")}

@@ -49,7 +49,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-import brainshard as bs
+from brainshard._core.state import ParamState, ShortTermState
+from brainshard._simulation.records import SpikeData
+from brainshard._transforms.loops import for_loop
+from brainshard._transforms.shard_map import shard_map
 from brainshard._models.delivery import deliver, ring_length
 from brainshard._models.events import EVENT_SIZES
 from brainshard._models.index import SynapseIndex
@@ -101,17 +104,17 @@ class Delivery:
     self.length = ring_length(index.max_delay, every)
     r = index.n_receptors
     put = lambda x, spec: jax.device_put(x, NamedSharding(mesh, spec))  # noqa: E731
-    self.index = bs.ParamState(jax.tree.map(lambda a: put(a, P(axis)), index),
-                               name=f"{name}.index", spec=P(axis))
+    self.index = ParamState(jax.tree.map(lambda a: put(a, P(axis)), index),
+                            name=f"{name}.index", spec=P(axis))
     spec = P(None, None, axis)
-    self.buffer = bs.ShortTermState(
+    self.buffer = ShortTermState(
         put(jnp.zeros((r, self.length, self.n), jnp.float32), spec),
         name=f"{name}.buffer", spec=spec)
-    self.current = bs.ShortTermState(
+    self.current = ShortTermState(
         put(jnp.zeros((every, r, self.n), jnp.float32), spec),
         name=f"{name}.current", spec=spec)
-    self.t = bs.ShortTermState(put(jnp.zeros((), jnp.int32), P()),
-                               name=f"{name}.t", spec=P())
+    self.t = ShortTermState(put(jnp.zeros((), jnp.int32), P()),
+                            name=f"{name}.t", spec=P())
 
   def reset(self) -> None:
     """Empties the queue and sets the step counter to 0."""
@@ -129,8 +132,8 @@ class Delivery:
     n]``; :attr:`t` is the index of the step being updated.
     """
     out = P(self.axis) if self.every == 1 else P(None, self.axis)
-    return bs.shard_map(lambda: self._block(update), mesh=self.mesh,
-                        in_specs=(), out_specs=out)
+    return shard_map(lambda: self._block(update), mesh=self.mesh,
+                     in_specs=(), out_specs=out)
 
   def _block(self, update: Callable) -> jax.Array:
     m, t0 = self.every, self.t.value
@@ -151,7 +154,7 @@ class Delivery:
     if m == 1:  # no loop of one step: a scan costs ~10 us a step on CPU
       spikes = one(self.current.value[0])[None]
     else:
-      spikes = bs.for_loop(one, self.current.value)        # [m, n_local]
+      spikes = for_loop(one, self.current.value)           # [m, n_local]
     fired = self._gather(spikes)                            # [m, n]
     index = self.index.value
     buf = jax.lax.fori_loop(
@@ -186,5 +189,5 @@ def unblock_spikes(data: Any, every: int, dt: float | None = None) -> Any:
   steps = np.asarray(data.steps, np.int64) * every + flat % every
   neurons = flat // every
   order = np.lexsort((neurons, steps))
-  return bs.SpikeData(steps[order], neurons[order].astype(np.int32),
-                      data.n // every, data.dt / every if dt is None else dt)
+  return SpikeData(steps[order], neurons[order].astype(np.int32),
+                   data.n // every, data.dt / every if dt is None else dt)

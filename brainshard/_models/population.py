@@ -38,7 +38,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-import brainshard as bs
+from brainshard._core.state import State
+from brainshard._simulation.records import RateData, SpikeData
+from brainshard._transforms.shard_map import shard_map
 from brainshard._models.layout import Layout
 
 __all__ = ["Population", "population_values", "population_ids",
@@ -63,7 +65,7 @@ class Population:
   def view(self, x: Any, axis: int = -1) -> Any:
     """This population's slice of ``x`` (an array or a State, whose value
     is taken) along ``axis``, the neuron axis (padded or not)."""
-    if isinstance(x, bs.State):
+    if isinstance(x, State):
       x = x.value
     length = x.shape[axis]
     if length not in (self.layout.n, self.layout.n_padded):
@@ -125,8 +127,8 @@ def split_spikes(spikes: Any, layout: Layout) -> dict[str, Any]:
   for k, name in enumerate(layout.names):
     start, stop = layout.range(name)
     sel = pop == k
-    out[name] = bs.SpikeData(spikes.steps[sel], spikes.neurons[sel] - start,
-                             stop - start, spikes.dt)
+    out[name] = SpikeData(spikes.steps[sel], spikes.neurons[sel] - start,
+                          stop - start, spikes.dt)
   return out
 
 
@@ -138,8 +140,8 @@ def population_rates(spikes: Any, layout: Layout, steps: int,
   for name, data in split_spikes(spikes, layout).items():
     counts = np.bincount(np.asarray(data.steps, np.int64) - start,
                          minlength=steps)[:steps].astype(np.int32)
-    out[name] = bs.RateData(start + np.arange(steps), counts, data.n,
-                            spikes.dt)
+    out[name] = RateData(start + np.arange(steps), counts, data.n,
+                         spikes.dt)
   return out
 
 
@@ -174,7 +176,7 @@ def counts_to_rates(trace: Any, layout: Layout) -> dict[str, Any]:
   """``{population: RateData}`` from the record of a
   ``bs.StateMonitor(population_counts(...))``."""
   values = np.asarray(trace.values)
-  return {name: bs.RateData(trace.steps, values[:, k],
-                            layout.range(name)[1] - layout.range(name)[0],
-                            trace.dt)
+  return {name: RateData(trace.steps, values[:, k],
+                         layout.range(name)[1] - layout.range(name)[0],
+                         trace.dt)
           for k, name in enumerate(layout.names)}

@@ -1,1 +1,2 @@
-"""Scale-out: placement and sharded init, describe, multi-process runs."""
+"""Scale-out: placement and sharded init, describe, multi-process runs,
+checkpoints, sub-mesh tasks."""

@@ -24,7 +24,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from brainshard._core.frames import write_results
 from brainshard._core.keys import is_typed_key
-from brainshard._core.state import State, describe_value
+from brainshard._core.state import State
+from brainshard._core.values import describe_value
 from brainshard._core.toplevel import require_top_level
 from brainshard._scaleout import checkpoint_store as store
 from brainshard._scaleout.place import resolve_spec
@@ -70,7 +71,7 @@ def _named_states(states: Any, where: str) -> dict[str, State]:
           "not a State.")
     if not isinstance(state.name, str) or not state.name:
       raise ValueError(
-          f"{where}: {state._label()} has no name, so the checkpoint could "
+          f"{where}: {state.label()} has no name, so the checkpoint could "
           "not tell it apart: give it one (`State(..., name='v')`) or pass a "
           "dict {name: State}.")
     if state.name in out:
@@ -240,7 +241,7 @@ def _check(named, values, saved, strict, path) -> None:
   for key, state in named.items():
     if key not in saved:
       problems.append(
-          f"{key!r} ({state._label()}) is not in the checkpoint, which holds "
+          f"{key!r} ({state.label()}) is not in the checkpoint, which holds "
           f"{sorted(saved)}")
       continue
     entry, value = saved[key], values[key]

@@ -184,7 +184,7 @@ def describe(states: Any) -> StateTable:
       continue
     seen.add(id(state))
     base = state.name or jax.tree_util.keystr(path) or type(state).__name__
-    value = state._global_value()
+    value = state.global_value()
     leaves = jax.tree_util.tree_flatten_with_path(value)[0]
     for leaf_path, x in leaves:
       name = base + (jax.tree_util.keystr(leaf_path) if len(leaves) > 1
@@ -207,11 +207,11 @@ def visualize(state: State, leaf: Any = None, **kwargs: Any) -> None:
   """
   if not isinstance(state, State):
     raise TypeError(f"bs.visualize takes a State, got {type(state).__name__}.")
-  leaves = jax.tree_util.tree_flatten_with_path(state._global_value())[0]
+  leaves = jax.tree_util.tree_flatten_with_path(state.global_value())[0]
   if leaf is None:
     if len(leaves) != 1:
       raise ValueError(
-          f"bs.visualize: {state._label()} has {len(leaves)} leaves; choose "
+          f"bs.visualize: {state.label()} has {len(leaves)} leaves; choose "
           "one with leaf= (a position or one of "
           f"{[jax.tree_util.keystr(p) for p, _ in leaves]}).")
     x = leaves[0][1]
@@ -221,7 +221,7 @@ def visualize(state: State, leaf: Any = None, **kwargs: Any) -> None:
     by_path = {jax.tree_util.keystr(p): v for p, v in leaves}
     if leaf not in by_path:
       raise KeyError(
-          f"bs.visualize: {state._label()} has no leaf {leaf!r}; its leaves "
+          f"bs.visualize: {state.label()} has no leaf {leaf!r}; its leaves "
           f"are {list(by_path)}.")
     x = by_path[leaf]
   try:

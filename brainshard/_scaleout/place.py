@@ -24,8 +24,8 @@ from brainshard._core.specs import (
 from brainshard._core.args import copy_metadata, fun_name
 from brainshard._core.errors import StateTraceError
 from brainshard._core.frames import Frame, write_results
-from brainshard._core.state import (
-    State, _canonical, describe_value)
+from brainshard._core.state import State
+from brainshard._core.values import canonical, describe_value
 from brainshard._core.toplevel import require_top_level
 
 __all__ = ["resolve_spec", "place", "sharded_init", "ShardedInit",
@@ -80,11 +80,11 @@ def resolve_spec(state: State, mesh: Any = None, specs: StateSpecs = None,
     P(None, 'model')
   """
   check_state_specs_arg(specs, "specs")
-  value = state._global_value()
+  value = state.global_value()
   spec = resolve_state_spec(state, specs, rules=_rules(axis_rules), mesh=mesh,
                             value=value)
   if mesh is not None:
-    owner = f"{state._label()} ({describe_value(value)})"
+    owner = f"{state.label()} ({describe_value(value)})"
     for s, x in zip(leaf_specs(spec, value, owner), jax.tree.leaves(value)):
       check_spec(s, jax.typeof(x).shape, mesh, f"{owner}, spec {s}")
   return spec
@@ -136,8 +136,8 @@ def place(states: Any, mesh: Any = None, specs: StateSpecs = None,
   rules = _rules(axis_rules)
   plans = []
   for state in flat:  # resolve and check everything before moving anything
-    value = state._global_value()
-    owner = f"{where}: {state._label()} ({describe_value(value)})"
+    value = state.global_value()
+    owner = f"{where}: {state.label()} ({describe_value(value)})"
     spec = resolve_state_spec(state, specs, rules=rules, mesh=mesh,
                               value=value)
     per_leaf = leaf_specs(spec, value, owner)
@@ -152,7 +152,7 @@ def place(states: Any, mesh: Any = None, specs: StateSpecs = None,
   new_values = []
   for state, value, per_leaf in plans:
     leaves, treedef = jax.tree.flatten(value)
-    owner = f"{where}: {state._label()}"
+    owner = f"{where}: {state.label()}"
     new_values.append(jax.tree.unflatten(treedef, [
         put(x, NamedSharding(mesh, s), owner)
         for x, s in zip(leaves, per_leaf)]))
@@ -242,11 +242,11 @@ class ShardedInit:
       written = frame.written_states()
       if written:
         raise StateTraceError(
-            f"{self.name} wrote {written[0]._label()}, which existed before "
+            f"{self.name} wrote {written[0].label()}, which existed before "
             "it ran; an initialiser may only create States (and read "
             "existing ones).")
       created = frame.created()
-      values = [_canonical(frame.value_of(s), s._label()) for s in created]
+      values = [canonical(frame.value_of(s), s.label()) for s in created]
       leaves, treedef = jax.tree.flatten(out)
       traced = [i for i, x in enumerate(leaves)
                 if isinstance(x, compat.Tracer)]
@@ -270,7 +270,7 @@ class ShardedInit:
       created = shapes_box[-1][0]
       shardings = []
       for state, shapes in zip(created, state_shapes):
-        owner = (f"{self.name}: {state._label()} "
+        owner = (f"{self.name}: {state.label()} "
                  f"({describe_value(shapes)})")
         spec = resolve_state_spec(state, self.specs, rules=rules, mesh=mesh,
                                   value=shapes)
@@ -302,7 +302,7 @@ class ShardedInit:
           f"same arguments ({len(expected)} then {len(created)}); an "
           "initialiser must create the same States every time it runs.")
     for state, value in zip(created, values):
-      state._set_global(value)
+      state.set_global(value)
     for i, x in zip(traced, extra):
       leaves[i] = x
     return jax.tree.unflatten(treedef, leaves)

@@ -28,6 +28,7 @@ from brainshard._core.state import State
 from brainshard._scaleout.describe import device_ids
 from brainshard._scaleout.move import move_array
 from brainshard._transforms.jit import jit
+from brainshard._transforms.progress import TextBar, tqdm_class
 from brainshard._transforms.shard_map import shard_map
 
 __all__ = ["Task", "task", "split_mesh", "check_disjoint", "move_array",
@@ -177,7 +178,7 @@ class Task:
     ``move_states`` (all checked and moved before any State changes)."""
     moves = []
     for s in states:
-      leaves = jax.tree.leaves(s._value)
+      leaves = jax.tree.leaves(s.slot)
       # A State placed nowhere is not an error: the call places it here
       # once (_core/placement.py); move_states places it now, with its spec.
       if not any(self._elsewhere(x) or (self.move_states and _unplaced(x))
@@ -196,20 +197,20 @@ class Task:
            "reads it.")
     arrays = [x for x in leaves if isinstance(x, jax.Array)]
     where = device_ids(set().union(*(x.sharding.device_set for x in arrays)))
-    return (f"{self.name}: {s._label()} lives on devices {where}, outside "
+    return (f"{self.name}: {s.label()} lives on devices {where}, outside "
             f"this task's mesh (devices {device_ids(self.devices)}). {fix}")
 
   def _moved_here(self, s: State) -> Any:
     """``s``'s value on this mesh: each leaf keeps the spec the task reads it
     with (state_in_specs, the State's spec or axes) or, where that is P(),
     the split it has now when this mesh has those axes."""
-    leaves, treedef = jax.tree.flatten(s._value)
+    leaves, treedef = jax.tree.flatten(s.slot)
     spec = resolve_state_spec(s, self._sm.state_in_specs, mesh=self.mesh)
-    specs = leaf_specs(spec, s._value, f"{self.name}: {s._label()}")
+    specs = leaf_specs(spec, s.slot, f"{self.name}: {s.label()}")
     targets = []
     for x, spec in zip(leaves, specs, strict=True):
       check_spec(spec, x.shape, self.mesh,
-                 f"{self.name}: moving {s._label()} with move_states=True")
+                 f"{self.name}: moving {s.label()} with move_states=True")
       targets.append(NamedSharding(self.mesh, spec if spec_axes(spec)
                                    else self._kept_spec(x)))
     return jax.tree.unflatten(treedef, [
@@ -241,7 +242,7 @@ def _own(reads: Sequence[State], writes: Sequence[State]) -> list[State]:
   naming the State (_core/placement.py ``keep_placed``)."""
   written = {id(s) for s in writes}
   return [s for s in reads
-          if id(s) in written or not s._placed_by_program()]
+          if id(s) in written or not s.placed_by_program()]
 
 
 def task(fun: Callable | None = None, *, mesh: Mesh, in_specs: Any = P(),
@@ -359,7 +360,6 @@ def run_tasks(step: Callable, carry: tuple, blocks: int, *,
 
 
 def _open_bar(total: int, desc: str | None) -> Any:
-  from brainshard._simulation.progress import TextBar, tqdm_class
   cls = tqdm_class()
   return cls(total=total, desc=desc) if cls is not None else TextBar(
       total, desc, None)

@@ -1,1 +1,2 @@
-"""Simulation drivers: random numbers drawn from States, progress bars."""
+"""Simulation tools: random numbers drawn from States, the chunked loop,
+monitors and records, the Runner."""

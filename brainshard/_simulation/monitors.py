@@ -23,7 +23,7 @@ from brainshard._simulation.neuron_take import (
     LocalTake as _LocalTake, take as _take)
 from brainshard._simulation.chunked import takes_arguments
 from brainshard._core.state import State
-from brainshard._core.discovery import StatefulFunction
+from brainshard._core.discovery import DiscoveryCache
 
 __all__ = ["SpikeMonitor", "RateMonitor", "StateMonitor", "Recorder"]
 
@@ -249,7 +249,7 @@ class Recorder:
           except IndexError as e:
             raise IndexError(f"monitor {n!r}: {e}") from None
         return [m._read(out) for m in self.sources], traces
-      d = StatefulFunction(probe).discover(np.int32(0))
+      d = DiscoveryCache(probe).discover(np.int32(0))
       for k, aval in enumerate(d.out_shapes[0]):
         self._check_spikes(k, aval)
       self._avals = d.out_shapes

@@ -30,7 +30,7 @@ class LocalTake:
 
   @classmethod
   def plan(cls, source: Any, index: Any) -> "LocalTake | None":
-    value = source._value if isinstance(source, State) else None
+    value = source.slot if isinstance(source, State) else None
     sharding = getattr(value, "sharding", None)
     if (index is None or index.ndim != 1
         or not isinstance(sharding, jax.sharding.NamedSharding)

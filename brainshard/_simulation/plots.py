@@ -57,7 +57,7 @@ def traces(data: Any, ax: Any = None, **kw) -> Any:
 
 
 def overview(result: Any, title: str | None = None) -> Any:
-  kinds = list(dict.fromkeys(result._kinds.values()))
+  kinds = list(dict.fromkeys(result.kinds.values()))
   panels = [k for k in ("spikes", "rate", "trace") if k in kinds]
   if "spikes" in kinds and "rate" not in kinds:
     panels.insert(1, "rate")
@@ -74,7 +74,7 @@ def overview(result: Any, title: str | None = None) -> Any:
       result.plot_rate(ax=ax)
     else:
       result.plot_traces(ax=ax)
-      ax.set_ylabel(next(n for n, k in result._kinds.items() if k == "trace"))
+      ax.set_ylabel(next(n for n, k in result.kinds.items() if k == "trace"))
   for ax in axes[:-1, 0]:
     ax.set_xlabel("")
   if title:

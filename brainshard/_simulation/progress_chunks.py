@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any, IO, Iterator
 
-from brainshard._simulation.progress import TextBar, tqdm_class as _tqdm_class
+from brainshard._transforms.progress import TextBar, tqdm_class as _tqdm_class
 
 __all__ = ["StopButton", "ChunkBar"]
 

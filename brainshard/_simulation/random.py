@@ -63,7 +63,7 @@ def _as_key(seed_or_key: Any, owner: str) -> jax.Array:
 def _member_axes() -> list[tuple[Any, int]]:
   """``(axis name, size)`` of every enclosing ``bs.vmap`` (its members)."""
   return [axis for frame in frame_stack()
-          for axis in getattr(frame, "vmap_axes", ())]
+          for axis in frame.vmap_axes]
 
 
 def _fold_members(index: Any, axes: tuple) -> Any:
@@ -126,13 +126,15 @@ class RandomState(State):
     True
   """
 
+  vmap_shared = True  # bs.vmap members share the key (each folds in its index)
+
   def __init__(self, seed_or_key: Any = 0, name: str | None = None):
     super().__init__(_as_key(seed_or_key, "RandomState"), name=name)
 
   def seed(self, seed_or_key: Any = None) -> None:
     """Restarts the stream from a seed or key (a State write); without one,
     from a fresh nondeterministic seed."""
-    key = _as_key(seed_or_key, f"{self._label()}.seed")
+    key = _as_key(seed_or_key, f"{self.label()}.seed")
     with SLOT_LOCK:  # not between another thread's read and write of the key
       self.value = key
 
@@ -225,7 +227,7 @@ def _key(key: Any, where: str) -> jax.Array:
     return key._next_key()
   if isinstance(key, State):
     raise TypeError(
-        f"bs.random.{where}: key= got {key._label()}, which is not a "
+        f"bs.random.{where}: key= got {key.label()}, which is not a "
         "RandomState; pass a bs.RandomState or a key array.")
   return _as_key(key, f"bs.random.{where}")
 

@@ -16,8 +16,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from brainshard._simulation.random import Size, _float_dtype, _shape
 from brainshard._simulation import random_counts as counts
+from brainshard._simulation import random_draw, random_samplers
+from brainshard._simulation.random import (
+    RandomState, Size, _float_dtype, _shape)
 from brainshard._simulation.random_blocks import per_element
 from brainshard._simulation.random_draw import draw, randint
 from brainshard._simulation.random_samplers import _loc_scale
@@ -347,7 +349,7 @@ def hypergeometric(ngood, nbad, nsample, size: Size = None, key: Any = None,
 def _method(fun):
   def method(self, *args, **kwargs):
     if "key" in kwargs:
-      raise TypeError(f"{self._label()}.{fun.__name__}: key= is the state itself.")
+      raise TypeError(f"{self.label()}.{fun.__name__}: key= is the state itself.")
     return fun(*args, key=self, **kwargs)
   method.__name__ = method.__qualname__ = fun.__name__
   method.__doc__ = f"``bs.random.{fun.__name__}`` drawing from this state."
@@ -355,8 +357,6 @@ def _method(fun):
 
 
 def _bind_methods() -> None:
-  from brainshard._simulation import random_draw, random_samplers
-  from brainshard._simulation.random import RandomState
   for module in (random_draw, random_samplers,
                  __import__(__name__, fromlist=["_"])):
     for name in module.__all__:

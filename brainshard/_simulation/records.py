@@ -160,8 +160,8 @@ class Result:
 
   def __init__(self, kinds: dict[str, str], sizes: dict[str, int], dt: float,
                store: Store):
-    self._kinds = kinds
-    self._sizes = sizes
+    self.kinds = kinds
+    self.sizes = sizes
     self.dt = dt
     self.store = store
     self.start = 0
@@ -169,7 +169,7 @@ class Result:
     self.interrupted = False
 
   def __repr__(self) -> str:
-    parts = ", ".join(f"{n}: {self._describe(n)}" for n in self._kinds)
+    parts = ", ".join(f"{n}: {self._describe(n)}" for n in self.kinds)
     return (f"<Result: {self.steps} steps (from step {self.start}), "
             f"dt={self.dt}"
             f"{', interrupted' if self.interrupted else ''}; {parts}>")
@@ -183,10 +183,10 @@ class Result:
     return f"{len(data.steps)} records"
 
   def keys(self) -> list[str]:
-    return list(self._kinds)
+    return list(self.kinds)
 
   def __getitem__(self, name: str) -> Any:
-    kind = self._kinds.get(name)
+    kind = self.kinds.get(name)
     if kind is None:
       raise KeyError(f"no monitor named {name!r}; monitors: {self.keys()}")
     get = lambda f: self.store.get(name, f)  # noqa: E731
@@ -194,25 +194,25 @@ class Result:
       steps, neurons = get("steps"), get("neurons")
       if steps is None:
         steps, neurons = np.zeros(0, np.int64), np.zeros(0, np.int32)
-      return SpikeData(steps, neurons, self._sizes[name], self.dt)
+      return SpikeData(steps, neurons, self.sizes[name], self.dt)
     if kind == "rate":
       counts = get("counts")
       counts = np.zeros(0, np.int32) if counts is None else counts
       return RateData(self.start + np.arange(len(counts)), counts,
-                      self._sizes[name], self.dt)
+                      self.sizes[name], self.dt)
     steps = get("steps")
     return TraceData(np.zeros(0, np.int64) if steps is None else steps,
                      get("values"), self.dt)
 
   def __getattr__(self, name: str) -> Any:
-    if name.startswith("_") or name not in self.__dict__.get("_kinds", {}):
+    if name.startswith("_") or name not in self.__dict__.get("kinds", {}):
       raise AttributeError(name)
     return self[name]
 
   def _first(self, kind: str, name: str | None) -> str:
     if name is not None:
       return name
-    for n, k in self._kinds.items():
+    for n, k in self.kinds.items():
       if k == kind:
         return n
     raise ValueError(f"no {kind} monitor recorded; monitors: {self.keys()}")
@@ -225,7 +225,7 @@ class Result:
                 bin_ms: float = 1.0, **kw) -> Any:
     """Population rate (Hz) in bins of ``bin_ms``, from a RateMonitor (or a
     SpikeMonitor's events); returns the Axes."""
-    name = name or next((n for n, k in self._kinds.items() if k == "rate"),
+    name = name or next((n for n, k in self.kinds.items() if k == "rate"),
                         None) or self._first("spikes", None)
     data = self[name]
     if isinstance(data, SpikeData):

@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping
 import jax
 import numpy as np
 
-import brainshard
+from brainshard._scaleout import checkpoint
 from brainshard._simulation.chunked import ChunkedLoop, restore
 from brainshard._transforms.jit import jit
 from brainshard._simulation.monitors import (
@@ -101,9 +101,6 @@ class Runner:
     if checkpoint_every is not None:
       if checkpoint_dir is None:
         raise ValueError("checkpoint_every needs checkpoint_dir")
-      if not hasattr(brainshard, "save_states"):
-        raise RuntimeError("checkpointing needs bs.save_states, which this "
-                           "brainshard does not have")
     self.step = step
     self.name = fun_name(step)
     self.recorder = Recorder(step, monitors or {}, index)
@@ -161,7 +158,7 @@ class Runner:
   def _make_loop(self, n: int | None) -> ChunkedLoop:
     if self._loop is None:
       (spikes, _), _ = self.recorder.discover()
-      self.result._sizes.update({n: spikes[self.recorder.source_of[n]].shape[0]
+      self.result.sizes.update({n: spikes[self.recorder.source_of[n]].shape[0]
                                  for n in self.recorder.source_of})
       chunk = self.chunk
       if chunk is None:
@@ -347,7 +344,7 @@ class Runner:
     now = [s.value for s in writes]
     restore(writes, values)
     try:
-      brainshard.save_states(path, self._named_states(), overwrite=True,
+      checkpoint.save_states(path, self._named_states(), overwrite=True,
                              metadata=meta)
     finally:
       restore(writes, now)
@@ -366,7 +363,7 @@ class Runner:
         raise FileNotFoundError(
             f"no step_* checkpoint in {self.checkpoint_dir}")
       path = os.path.join(self.checkpoint_dir, found[-1])
-    meta = brainshard.restore_states(os.fspath(path), self._named_states())
+    meta = checkpoint.restore_states(os.fspath(path), self._named_states())
     self.step_count = int(meta["step"])
     self.target = None
     self.reset_records()

@@ -19,7 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from brainshard._core.placement import canonical_spec
+from brainshard._core.specs import canonical_spec
 from brainshard._core.state import State
 from brainshard._simulation.chunked import ChunkedLoop, chunk_lengths
 
@@ -64,7 +64,7 @@ class ProgramWatch:
                if k in before and before[k][1] != sig]
     if not changed:
       return
-    what = "; ".join(f"{s._label()} was {_text(old)}, now {_text(new)}"
+    what = "; ".join(f"{s.label()} was {_text(old)}, now {_text(new)}"
                      for s, old, new in changed)
     warnings.warn(
         f"bs.Runner({self.name}): the {length}-step chunk program compiles "
@@ -83,7 +83,7 @@ def _input_signatures(jitted: Any, start: int) -> dict[int, tuple[State, tuple]]
     values = [*jargs[:program.nc], *jargs[program.nc]]
     return {id(s): (s, _signature(v))
             for s, v in zip(program.reads, values, strict=True)}
-  return jitted._core.with_program((np.int32(start),), {}, read)
+  return jitted.with_program((np.int32(start),), {}, read)
 
 
 def _signature(value: Any) -> tuple:

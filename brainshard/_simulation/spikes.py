@@ -22,6 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from brainshard._core.caches import Cache
+
 __all__ = ["word_rows", "zeros_like_aval", "record_spikes", "compact",
            "Compacted", "decode", "Overflow"]
 
@@ -104,14 +106,23 @@ def _neuron_axes(sharding: Any, ndim: int) -> Any:
   return spec[1]
 
 
-@functools.lru_cache(maxsize=64)
+# (mesh, axes, capacity) -> the compiled compactor; bs.clear_caches() empties it
+_compactors: Cache = Cache(maxsize=64)
+
+
 def _compactor(mesh: Any, axes: Any, capacity: int):
-  fun = functools.partial(_compact_local, capacity=capacity)
-  if axes is None:
-    return jax.jit(fun)
-  out = P(axes)
-  return jax.jit(jax.shard_map(fun, mesh=mesh, in_specs=P(None, axes),
-                               out_specs=(out, out, out, out)))
+  key = (mesh, axes, capacity)
+  found = _compactors.get(key)
+  if found is None:
+    fun = functools.partial(_compact_local, capacity=capacity)
+    if axes is None:
+      found = jax.jit(fun)
+    else:
+      out = P(axes)
+      found = jax.jit(jax.shard_map(fun, mesh=mesh, in_specs=P(None, axes),
+                                    out_specs=(out, out, out, out)))
+    _compactors[key] = found
+  return found
 
 
 def compact(buf: jax.Array, capacity: int | None) -> Compacted:

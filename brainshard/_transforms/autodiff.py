@@ -1,7 +1,7 @@
 """Stateful autodiff: grad, value_and_grad, vjp, jvp, jacrev, jacfwd, hessian.
 
 Each call discovers the States the function touches for its arguments
-(:class:`StatefulFunction`), picks the *grad states* among those it reads,
+(:class:`DiscoveryCache`), picks the *grad states* among those it reads,
 and hands JAX a pure function of ``(grad-state values, arguments)`` that
 evaluates the discovery's jaxpr. States the function writes leave the JAX
 transform as auxiliary outputs, i.e. with their forward values, and are
@@ -30,7 +30,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import jax
 
 from brainshard._core.args import fun_name
-from brainshard._core.discovery import StatefulFunction, evaluate
+from brainshard._core.discovery import DiscoveryCache, evaluate
 from brainshard._core.frames import write_results
 from brainshard._transforms.control import dispatch
 from brainshard._transforms.grad_states import Selection, freeze, select
@@ -54,7 +54,7 @@ class _Pure(NamedTuple):
 def _prepare(fun: Callable, frozen: Any, args: tuple, kwargs: dict,
              name: str) -> _Pure:
   """Discovers ``fun`` for this call and builds its pure function."""
-  d = StatefulFunction(fun, name=name).discover(*args, **kwargs)
+  d = DiscoveryCache(fun, name=name).discover(*args, **kwargs)
   sel = select(frozen, d.read_states, d.write_states, name)
   gids = [id(s) for s in sel.states]
   consts = {id(s): s.value for s in d.read_states if id(s) not in gids}

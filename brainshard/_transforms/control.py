@@ -30,7 +30,7 @@ import jax
 
 from brainshard._core import compat
 from brainshard._core.caches import Cache
-from brainshard._core.discovery import Discovery, StatefulFunction, discover
+from brainshard._core.discovery import Discovery, DiscoveryCache, discover
 from brainshard._core.frames import ReplayFrame, replay
 from brainshard._core.program import StatefulJit
 from brainshard._core.state import State, frame_stack
@@ -191,6 +191,6 @@ def _make_runner(name: str, get_funs: Callable[[], list], impl: Callable
     return impl(*get_funs())(*args)
 
   run.__name__ = run.__qualname__ = name
-  stateful = StatefulFunction(run, name=name)
+  stateful = DiscoveryCache(run, name=name)
 
   return StatefulJit(run, name, stateful=stateful)

@@ -16,7 +16,8 @@ from typing import Any, Callable, NamedTuple, Sequence
 import jax.numpy as jnp
 
 from brainshard._core.frames import current_signature, union
-from brainshard._core.state import State, describe_signature
+from brainshard._core.state import State
+from brainshard._core.values import describe_signature
 from brainshard._core.state_filter import bad_form, is_filter, selects
 
 __all__ = ["freeze", "select", "Selection", "NO_STATES"]
@@ -109,7 +110,7 @@ def select(frozen: Any, reads: Sequence[State], writes: Sequence[State],
 
 
 def _labels(states: Sequence[State]) -> str:
-  return ", ".join(s._label() for s in states)
+  return ", ".join(s.label() for s in states)
 
 
 def _entry(tangents: dict, state: State, name: str) -> Any:
@@ -117,7 +118,7 @@ def _entry(tangents: dict, state: State, name: str) -> Any:
     return tangents[state]
   except (KeyError, TypeError):
     raise ValueError(
-        f"{name}: state_tangents has no entry for {state._label()}, which "
+        f"{name}: state_tangents has no entry for {state.label()}, which "
         "grad_states selects.") from None
 
 
@@ -129,7 +130,7 @@ def _check_read(listed: Sequence[State], reads: Sequence[State],
       why = (" (it writes it before reading it, so its incoming value does "
              "not affect the result)" if any(s is w for w in writes) else "")
       raise ValueError(
-          f"{name}: grad_states includes {s._label()}, which the function "
+          f"{name}: grad_states includes {s.label()}, which the function "
           f"never reads{why}. Remove it from grad_states.")
 
 
@@ -138,7 +139,7 @@ def _check_float(states: Sequence[State], name: str) -> None:
     sig = current_signature(s)
     if not all(jnp.issubdtype(a.dtype, jnp.inexact) for a in sig[1]):
       raise TypeError(
-          f"{name}: grad_states includes {s._label()} holding "
+          f"{name}: grad_states includes {s.label()} holding "
           f"{describe_signature(sig)}; gradients need floating-point (or "
           "complex) values. Leave integer, boolean and key States out of "
           "grad_states (a narrower type or a predicate).")

@@ -1,7 +1,7 @@
 """``bs.jit``: compile a function that reads and writes States.
 
 A thin layer over the core: a :class:`~brainshard._core.discovery.
-StatefulFunction` finds the states on the first call, and a
+DiscoveryCache` finds the states on the first call, and a
 :class:`~brainshard._core.program.StatefulJit` compiles and calls the
 program (one ``jax.jit`` of a pure function, see program.py). ``jax.jit``
 re-traces by itself when avals or static arguments change; a trace that
@@ -20,7 +20,7 @@ import jax
 
 from brainshard._core.args import (
     StaticArgs, copy_metadata, fun_name, normalize_argnums)
-from brainshard._core.discovery import StatefulFunction
+from brainshard._core.discovery import DiscoveryCache
 from brainshard._core.program import Program, StatefulJit
 
 __all__ = ["jit", "JittedFunction", "Lowered", "Compiled"]
@@ -53,7 +53,7 @@ class JittedFunction:
       # JAX's usual "donated buffers were not usable" warning). 'auto' is
       # a promise of safety, so it does not donate here.
       core_donate = False
-    self.stateful = StatefulFunction(fun, name=self.name, static=self.static)
+    self.stateful = DiscoveryCache(fun, name=self.name, static=self.static)
     self._core = StatefulJit(
         fun, self.name, stateful=self.stateful,
         donate_argnums=self.donate_argnums, donate_states=core_donate,
@@ -104,6 +104,12 @@ class JittedFunction:
     self.stateful.clear_cache()
     self._core.clear()
     self._bound.clear()
+
+  def with_program(self, args: tuple, kwargs: dict,
+                   action: Callable[[Program], Any]) -> Any:
+    """``action(program)`` on the compiled program for these arguments
+    (discovered and grown as a call would), e.g. to inspect its inputs."""
+    return self._core.with_program(args, kwargs, action)
 
   def trace(self, *args, **kwargs) -> Any:
     """``jax.stages.Traced`` of the program for these arguments and the

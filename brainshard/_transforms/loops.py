@@ -18,7 +18,7 @@ from brainshard._core.args import fun_name
 from brainshard._core.discovery import Discovery
 from brainshard._core.frames import gather_values, write_results
 from brainshard._core.state import State
-from brainshard._simulation.progress import ProgressBar, as_progress_bar
+from brainshard._transforms.progress import ProgressBar, as_progress_bar
 from brainshard._transforms.cond import cond
 from brainshard._transforms.control import (
     avals_of, cast_varying, discover_body, dispatch, join_vma, run_body,
@@ -263,7 +263,7 @@ def _while_traced(cond_fun: Callable, body_fun: Callable, init: Any,
                                           avals_of(carry.state_init))))
   if cond_touched.write_states:
     raise TypeError(
-        f"{name}: cond_fun writes {cond_touched.write_states[0]._label()}; the "
+        f"{name}: cond_fun writes {cond_touched.write_states[0].label()}; the "
         "loop condition must only read States. Write states in body_fun.")
   carried = {id(s) for s in carry.states}
   cond_consts = [s for s in cond_touched.read_states

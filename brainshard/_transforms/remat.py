@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 import jax
 
 from brainshard._core.args import fun_name
-from brainshard._core.discovery import StatefulFunction, evaluate
+from brainshard._core.discovery import DiscoveryCache, evaluate
 from brainshard._core.frames import write_results
 from brainshard._transforms.control import dispatch
 
@@ -32,7 +32,7 @@ def _traced(fun: Callable, statics: dict[int, Any], prevent_cse: bool,
     full = [statics[i] if i in statics else next(it) for i in range(n)]
     return fun(*full, **kw)
 
-  d = StatefulFunction(bound, name=name).discover(*dyn, **kwargs)
+  d = DiscoveryCache(bound, name=name).discover(*dyn, **kwargs)
   read_vals = [s.value for s in d.read_states]
 
   def pure(read_vals, dyn, kwargs):

@@ -20,7 +20,8 @@ from jax.sharding import PartitionSpec as P
 
 from brainshard._core import compat
 from brainshard._core.specs import manual_spec, shard_aval
-from brainshard._core.state import State, describe_signature
+from brainshard._core.state import State
+from brainshard._core.values import describe_signature
 
 __all__ = ["explain_axis_error", "explain_shape_error", "explain_write",
            "input_rows"]
@@ -98,7 +99,7 @@ def input_rows(mesh: Any, manual: frozenset | None, args: Any,
           jax.typeof(leaf), spec, "kwarg_specs")
   for state, specs, sig in touched:
     for aval, spec in zip(sig[1], specs):
-      add(state._label(), aval, spec, "state_in_specs")
+      add(state.label(), aval, spec, "state_in_specs")
   return rows
 
 
@@ -144,7 +145,7 @@ def explain_shape_error(e: Exception, name: str, mesh: Any,
     return
   parts = [message]
   if replicated:
-    names = ", ".join(f"{s._label()} ({describe_signature(sig)})"
+    names = ", ".join(f"{s.label()} ({describe_signature(sig)})"
                       for s, sig in replicated)
     example = replicated[0][0].name or "state"
     parts.append(
@@ -182,7 +183,7 @@ def explain_write(e: ValueError, name: str, state: State, sig: Any,
   block_out = shard_aval(aval, manual_spec(spec_out, manual), mesh)
   label = state.name or "state"
   raise _with_message(e, (
-      f"{e}\n\n{state._label()} ({_short(aval)}) leaves {name} with "
+      f"{e}\n\n{state.label()} ({_short(aval)}) leaves {name} with "
       f"state_out_specs {spec_out}, so each shard must write its block of "
       f"that spec, {_short(block_out)}; its state_in_specs is {spec_in}, whose "
       f"block is {_short(block_in)}. If it should leave as it came, drop "

@@ -21,7 +21,8 @@ from brainshard._core import compat
 from brainshard._core.frames import Frame, ReplayFrame
 from brainshard._core.specs import (
     explicit_spec, manual_spec, same_spec, shard_aval, spec_axes)
-from brainshard._core.state import Signature, State, signature
+from brainshard._core.state import State
+from brainshard._core.values import Signature, signature
 
 __all__ = ["ShardFrame", "DiscoveryShardFrame", "unsharded", "reshard"]
 
@@ -120,7 +121,7 @@ def _outer_signature(frame: Frame, state: State) -> Signature:
   """The state's (global) signature outside a shard_map body's frame."""
   if frame.parent is not None:
     return frame.parent.signature_of(state)
-  return state._global_signature()
+  return state.global_signature()
 
 
 def _shard_signature(sig: Signature, specs: Sequence[P], mesh: Any,

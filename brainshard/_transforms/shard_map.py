@@ -15,7 +15,6 @@ emits ``jax.shard_map`` into that trace.
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Callable, Sequence
 
 import jax
@@ -29,23 +28,20 @@ from brainshard._core.caches import Cache
 from brainshard._core.discovery import evaluate
 from brainshard._core.frames import (
     current_signature, gather_values, replay, write_results)
-from brainshard._core.placement import Placement, PlacementHint
+from brainshard._core.placement import PlacementHint
 from brainshard._core.program import StatefulJit
 from brainshard._core.specs import (
     StateSpecs, check_kwarg_specs, check_spec, check_state_specs_arg,
     has_explicit_axes, manual_spec, same_spec, spec_axes)
-from brainshard._core.state import State, _frames
+from brainshard._core.state import State, thread_frames
 from brainshard._transforms.shard_frames import ShardFrame, reshard
-from brainshard._transforms.shard_plan import Plan, ShardPlanning, spec_tree
+from brainshard._transforms.shard_placement import Placement
+from brainshard._transforms.shard_plan import Plan, ShardPlanner, spec_tree
 
 __all__ = ["shard_map", "ShardMappedFunction"]
 
 
-class _FreshPlan(threading.local):
-  plan = None
-
-
-class ShardMappedFunction(ShardPlanning):
+class ShardMappedFunction:
   """The result of :func:`shard_map`: call it like the function it wraps."""
 
   def __init__(self, fun: Callable, mesh: Any, in_specs: Any, out_specs: Any,
@@ -74,9 +70,10 @@ class ShardMappedFunction(ShardPlanning):
     self.state_out_specs = state_out_specs
     self.axis_names = frozenset(axis_names)
     self.check_vma = check_vma
-    self._plans: Cache = Cache()
+    self.planner = ShardPlanner(
+        fun, self.name, mesh, in_specs, self.kwarg_specs, state_in_specs,
+        state_out_specs, self.axis_names, self.static, self._map)
     self._eager: Cache = Cache()
-    self._fresh = _FreshPlan()  # the plan made last on this thread, unused
     copy_metadata(self, fun)
 
   def __repr__(self) -> str:
@@ -97,10 +94,10 @@ class ShardMappedFunction(ShardPlanning):
     return self._call(rules, args, kwargs)
 
   def _call(self, rules: Rules, args: tuple, kwargs: dict) -> Any:
-    mesh = self.mesh if self.mesh is not None else self._resolve_mesh()
-    if _frames.stack or not compat.at_top_level():
+    mesh = self.mesh if self.mesh is not None else self.planner.resolve_mesh()
+    if thread_frames.stack or not compat.at_top_level():
       return self._traced_call(mesh, args, kwargs)
-    self._fresh.plan = None  # a plan left by a call that failed is stale
+    self.planner.take_fresh(None)  # a plan left by a failed call is stale
     runner = self._eager.get((mesh, rules))
     if runner is None:
       runner = self._eager[(mesh, rules)] = self._eager_runner(mesh)
@@ -118,13 +115,13 @@ class ShardMappedFunction(ShardPlanning):
     run.__name__ = run.__qualname__ = fun_name(self.fun)
 
     def discover(args, kwargs):
-      plan = self._plan(mesh, args, kwargs)
+      plan = self.planner.plan(mesh, args, kwargs)
       return plan.reads, plan.writes
 
     def can_donate(state: State) -> bool:
       # A buffer is reusable only where the state leaves with the layout it
       # came in with.
-      for key, plan in self._plans.items():
+      for key, plan in self.planner.plans.items():
         if key.mesh is mesh or key.mesh == mesh:
           out_specs = plan.write_specs.get(id(state))
           in_specs = plan.read_specs.get(id(state))
@@ -144,12 +141,12 @@ class ShardMappedFunction(ShardPlanning):
 
   def _traced_call(self, mesh: Any, args: tuple, kwargs: dict) -> Any:
     call = self.static.split(args, kwargs)
-    plan = self._plan_call(mesh, call)
+    plan = self.planner.plan_call(mesh, call)
     # Only the trace a plan was made for may evaluate its discovered body: a
     # later trace may see other globals, another enclosing transform or
     # traced closures, so it runs the Python body again.
-    fresh, self._fresh.plan = self._fresh.plan is plan, None
-    if _frames.stack and isinstance(mesh, jax.sharding.Mesh):
+    fresh = self.planner.take_fresh(plan)
+    if thread_frames.stack and isinstance(mesh, jax.sharding.Mesh):
       self._hint_placements(mesh, plan)
     read_vals = gather_values(plan.reads, self.name)
     # The states' values may have changed shape since planning.
@@ -157,7 +154,7 @@ class ShardMappedFunction(ShardPlanning):
       leaves = jax.tree.leaves(v)
       for spec, x in zip(plan.read_specs[id(s)], leaves, strict=True):
         check_spec(spec, jax.typeof(x).shape, mesh,
-                   f"{self.name}: {s._label()}, state_in_specs {spec}")
+                   f"{self.name}: {s.label()}, state_in_specs {spec}")
     read_spec_trees = [
         spec_tree(jax.tree.structure(v), plan.read_specs[id(s)])
         for s, v in zip(plan.reads, read_vals, strict=True)]
@@ -174,7 +171,7 @@ class ShardMappedFunction(ShardPlanning):
   def _hint_placements(self, mesh: Any, plan: Plan) -> None:
     """Tells the enclosing discoveries where each state is read and left,
     so the compiled program's inputs can be placed there up front."""
-    frame = _frames.stack[-1]
+    frame = thread_frames.stack[-1]
     for s in plan.reads:
       out = plan.write_specs.get(id(s))
       frame.hint_placement(s, PlacementHint(
@@ -191,7 +188,7 @@ class ShardMappedFunction(ShardPlanning):
     partially manual shard_map only their manual part goes to JAX. In
     Explicit mode, inputs whose sharding type differs are resharded first.
     """
-    manual = self._manual(mesh)
+    manual = self.planner.manual(mesh)
     arg_spec_trees = tuple(
         spec_tree(jax.tree.structure(a), specs)
         for a, specs in zip(call.args, arg_specs))
@@ -222,7 +219,7 @@ class ShardMappedFunction(ShardPlanning):
     return mapped(read_vals, dyn_args, dyn_kwargs)
 
   def _body(self, mesh: Any, plan: Plan, call: Call, fresh: bool) -> Callable:
-    axes = tuple((a, mesh.shape[a]) for a in self._manual_axes(mesh))
+    axes = tuple((a, mesh.shape[a]) for a in self.planner.manual_axes(mesh))
     # In the trace the plan was just made for, its discovered body is
     # evaluated, so a first call runs the Python function once; any other
     # trace replays the function.
@@ -234,7 +231,8 @@ class ShardMappedFunction(ShardPlanning):
             plan.body, jax.tree.leaves((dyn_args, dyn_kwargs)), read_vals)
       else:
         args, kwargs = call.rebuild(dyn_args, dyn_kwargs)
-        frame = ShardFrame(self.name, mesh, plan, axes, self._manual(mesh))
+        frame = ShardFrame(self.name, mesh, plan, axes,
+                           self.planner.manual(mesh))
         out, new_vals = replay(
             frame, self.fun, args, kwargs,
             zip(plan.reads, read_vals, strict=True), plan.writes,
@@ -247,7 +245,7 @@ class ShardMappedFunction(ShardPlanning):
 
   def _check_replicated_writes(self, mesh: Any, plan: Plan,
                                new_vals: list[Any]) -> None:
-    manual = set(self._manual_axes(mesh))
+    manual = set(self.planner.manual_axes(mesh))
     for s, v in zip(plan.writes, new_vals, strict=True):
       for spec, x in zip(plan.write_specs[id(s)], jax.tree.leaves(v), strict=True):
         varying = compat.varying_axes(jax.typeof(x)) & manual
@@ -255,7 +253,7 @@ class ShardMappedFunction(ShardPlanning):
         if missing:
           axis = sorted(missing)[0]
           raise ValueError(
-              f"{self.name}: {s._label()} leaves with spec {spec}, but the "
+              f"{self.name}: {s.label()} leaves with spec {spec}, but the "
               f"value written to it differs across mesh axis {axis!r} (it "
               "was computed from per-shard data), so it cannot be stored as "
               f"one value. Declare where it lives, e.g. state_out_specs="

@@ -2,34 +2,36 @@
 
 Everything fixed for one mesh and argument signature is a :class:`Plan`:
 which states the body reads and writes, each state's in and out specs, each
-argument's specs. :class:`ShardPlanning` (mixed into the function object)
-makes plans, validating every spec against its shape and mesh before
-anything runs, and discovers the body's states inside a real
-``jax.shard_map``.
+argument's specs. A :class:`ShardPlanner` (one per ``bs.shard_map``'d
+function) makes and caches plans, validating every spec against its shape
+and mesh before anything runs, and discovers the body's states inside the
+real ``jax.shard_map`` that the function's ``map_body`` builds.
 """
 
 from __future__ import annotations
 
-from typing import Any, Hashable, NamedTuple, Sequence
+import threading
+from typing import Any, Callable, Hashable, NamedTuple, Sequence
 
 import jax
 from jax.sharding import PartitionSpec as P
 
-from brainshard._core.args import Call
+from brainshard._core.args import Call, StaticArgs
 from brainshard._core.axes import Rules, current_rules
+from brainshard._core.caches import Cache
 from brainshard._core import compat
 from brainshard._core.discovery import Discovery, discover
 from brainshard._core.frames import current_signature
 from brainshard._core.specs import (
     NO_MATCH, arg_leaf_specs, check_spec, explicit_spec, leaf_specs,
     manual_spec, match_state_spec, resolve_state_spec, spec_axes)
-from brainshard._core.state import (
-    Signature, State, describe_signature)
+from brainshard._core.state import State
+from brainshard._core.values import Signature, describe_signature
 from brainshard._transforms.shard_errors import (
     explain_axis_error, explain_shape_error, explain_write, input_rows)
 from brainshard._transforms.shard_frames import DiscoveryShardFrame, unsharded
 
-__all__ = ["Plan", "ShardPlanning", "spec_tree"]
+__all__ = ["Plan", "ShardPlanner", "spec_tree"]
 
 
 def spec_tree(treedef: Any, specs: Sequence[P]) -> Any:
@@ -77,12 +79,45 @@ def _shapes(sig: Signature) -> tuple:
   return treedef, tuple((a.shape, a.dtype) for a in avals)
 
 
-class ShardPlanning:
-  """Plans for a shard_map'ed function (see the module docstring)."""
+class _FreshPlan(threading.local):
+  plan = None
+
+
+class ShardPlanner:
+  """Makes and caches the plans of one ``bs.shard_map``'d function.
+
+  It holds what planning reads (the function, its name, mesh, specs and
+  static arguments) and ``map_body(mesh, body, call, arg_specs,
+  kwarg_specs, read_vals, read_spec_trees, out_specs)``: the function's
+  real ``jax.shard_map``, which the body is discovered inside.
+  """
+
+  def __init__(self, fun: Callable, name: str, mesh: Any, in_specs: Any,
+               kwarg_specs: dict, state_in_specs: Any, state_out_specs: Any,
+               axis_names: frozenset, static: StaticArgs,
+               map_body: Callable):
+    self.fun = fun
+    self.name = name
+    self.mesh = mesh
+    self.in_specs = in_specs
+    self.kwarg_specs = kwarg_specs
+    self.state_in_specs = state_in_specs
+    self.state_out_specs = state_out_specs
+    self.axis_names = axis_names
+    self.static = static
+    self.map_body = map_body
+    self.plans: Cache = Cache()
+    self._fresh = _FreshPlan()  # the plan made last on this thread, unused
+
+  def take_fresh(self, plan: Plan | None) -> bool:
+    """Whether ``plan`` was made by the last planning on this thread (and
+    not used since); forgets it either way."""
+    fresh, self._fresh.plan = self._fresh.plan is plan, None
+    return fresh
 
   # -- mesh -----------------------------------------------------------------
 
-  def _resolve_mesh(self) -> Any:
+  def resolve_mesh(self) -> Any:
     if self.mesh is not None:
       return self.mesh
     try:
@@ -97,34 +132,36 @@ class ShardPlanning:
           "`jax.set_mesh(mesh)` around the call.")
     return mesh
 
-  def _manual_axes(self, mesh: Any) -> tuple[str, ...]:
+  def manual_axes(self, mesh: Any) -> tuple[str, ...]:
     if self.axis_names:
       return tuple(a for a in mesh.axis_names if a in self.axis_names)
     return tuple(mesh.axis_names)
 
   # -- planning -------------------------------------------------------------
 
-  def _plan(self, mesh: Any, args: tuple, kwargs: dict) -> Plan:
-    return self._plan_call(mesh, self.static.split(args, kwargs))
+  def plan(self, mesh: Any, args: tuple, kwargs: dict) -> Plan:
+    """The plan of a call with these arguments on ``mesh``."""
+    return self.plan_call(mesh, self.static.split(args, kwargs))
 
-  def _plan_call(self, mesh: Any, call: Call) -> Plan:
+  def plan_call(self, mesh: Any, call: Call) -> Plan:
+    """The plan of a split call on ``mesh`` (made on first use)."""
     leaves, treedef = jax.tree.flatten((call.args, call.kwargs))
     for leaf in leaves:
       if isinstance(leaf, State):
         raise TypeError(
-            f"{self.name} was passed {leaf._label()} as an argument. States "
+            f"{self.name} was passed {leaf.label()} as an argument. States "
             "are not arguments: close over the State in the function (read "
             "`state.value` inside it) and shard_map places it per "
             "state_in_specs.")
     try:
       key = _Signature(mesh, current_rules(), call.static, treedef,
                        tuple(map(self._aval_key, leaves)))
-      plan = self._plans.get(key)
+      plan = self.plans.get(key)
     except TypeError as e:
       raise TypeError(
           f"{self.name}: static arguments must be hashable ({e}).") from None
     if plan is None:
-      plan = self._plans[key] = self._build_plan(mesh, call)
+      plan = self.plans[key] = self._build_plan(mesh, call)
       self._fresh.plan = plan
     return plan
 
@@ -136,12 +173,12 @@ class ShardPlanning:
       return aval
     return aval.shape, aval.dtype, aval.weak_type
 
-  def _manual(self, mesh: Any) -> frozenset | None:
+  def manual(self, mesh: Any) -> frozenset | None:
     """The manual axes when only some are manual, else None."""
-    return frozenset(self._manual_axes(mesh)) if self.axis_names else None
+    return frozenset(self.manual_axes(mesh)) if self.axis_names else None
 
   def _check_manual(self, spec: P, mesh: Any, owner: str) -> None:
-    manual = self._manual(mesh)
+    manual = self.manual(mesh)
     if manual is None:
       return
     auto = [a for a in spec_axes(spec) if a not in manual]
@@ -153,7 +190,9 @@ class ShardPlanning:
           "not appear in argument specs.")
 
   def arg_specs(self, mesh: Any, args: tuple) -> list[list[P]]:
-    manual = self._manual(mesh)
+    """Each positional argument's leaf specs (inferred from the arguments'
+    own shardings where ``in_specs`` is None), validated."""
+    manual = self.manual(mesh)
 
     def infer(x):  # an argument's own layout; under partial manual, its
       spec = explicit_spec(jax.typeof(x), mesh)  # manual part
@@ -187,7 +226,7 @@ class ShardPlanning:
     value = jax.tree.unflatten(treedef, avals)
     spec = resolve_state_spec(state, self.state_in_specs, mesh=mesh,
                               value=value)
-    owner = f"{self.name}: {state._label()} ({describe_signature(sig)})"
+    owner = f"{self.name}: {state.label()} ({describe_signature(sig)})"
     specs = leaf_specs(spec, value, owner)
     for s, aval in zip(specs, avals, strict=True):
       check_spec(s, aval.shape, mesh, f"{owner}, {which} {s}")
@@ -199,7 +238,7 @@ class ShardPlanning:
     out = match_state_spec(state, self.state_out_specs)
     if out is NO_MATCH:
       return in_specs
-    owner = f"{self.name}: {state._label()} ({describe_signature(sig)})"
+    owner = f"{self.name}: {state.label()} ({describe_signature(sig)})"
     specs = leaf_specs(out, jax.tree.unflatten(*sig), owner)
     for s, aval in zip(specs, sig[1], strict=True):
       check_spec(s, aval.shape, mesh, f"{owner}, state_out_specs {s}")
@@ -208,7 +247,7 @@ class ShardPlanning:
   def _build_plan(self, mesh: Any, call: Call) -> Plan:
     arg_specs = self.arg_specs(mesh, call.args)
     kwarg_specs = self._kwarg_specs(mesh, call.kwargs)
-    manual = self._manual(mesh)
+    manual = self.manual(mesh)
     read_specs: dict[int, list[P]] = {}
     touched: list[tuple[State, list[P]]] = []
 
@@ -222,7 +261,7 @@ class ShardPlanning:
     def out_specs(state: State, sig: Signature) -> list[P]:
       return self._state_out_specs(state, sig, mesh, state_specs(state, sig))
 
-    manual_axes = tuple((a, mesh.shape[a]) for a in self._manual_axes(mesh))
+    manual_axes = tuple((a, mesh.shape[a]) for a in self.manual_axes(mesh))
     found: list[Discovery] = []
 
     def body(read_vals, dyn_args, dyn_kwargs):
@@ -235,7 +274,7 @@ class ShardPlanning:
         except (AssertionError, NameError, ValueError) as e:
           # Here JAX's frames (which name the axis) are still in the
           # traceback; above, its filtering drops them.
-          explain_axis_error(e, self.name, mesh, self._manual_axes(mesh))
+          explain_axis_error(e, self.name, mesh, self.manual_axes(mesh))
           raise
 
       with DiscoveryShardFrame(self.name, mesh, manual, state_specs, out_specs,
@@ -250,8 +289,8 @@ class ShardPlanning:
       # The outer discovery frame turns a state's first read into a new
       # input of this trace (whole, unsharded); the shard frame cuts out its
       # block, so per-shard types (varying axes too) are the real ones.
-      self._map(mesh, body, Call(dyn_args, dyn_kwargs, call.static),
-                arg_specs, kwarg_specs, [], [], ((), []))
+      self.map_body(mesh, body, Call(dyn_args, dyn_kwargs, call.static),
+                    arg_specs, kwarg_specs, [], [], ((), []))
 
     leaves, treedef = call.flat()
     try:
@@ -275,11 +314,11 @@ class ShardPlanning:
     State's state_out_specs, naming the inputs and specs involved."""
     touched = [(s, specs, current_signature(s)) for s, specs in touched]
     for s, specs, sig in touched:
-      if f"{s._label()} holds " in str(e):  # frames.py's wrong-write error
+      if f"{s.label()} holds " in str(e):  # frames.py's wrong-write error
         out = self._state_out_specs(s, sig, mesh, specs)
         explain_write(e, self.name, s, sig, specs, out, mesh,
-                      self._manual(mesh))
-    rows = input_rows(mesh, self._manual(mesh), call.args, arg_specs,
+                      self.manual(mesh))
+    rows = input_rows(mesh, self.manual(mesh), call.args, arg_specs,
                       call.kwargs, kwarg_specs, touched)
-    explain_shape_error(e, self.name, mesh, self._manual_axes(mesh), rows,
+    explain_shape_error(e, self.name, mesh, self.manual_axes(mesh), rows,
                         touched)

@@ -36,8 +36,9 @@ from brainshard._core.discovery import discover
 from brainshard._core.frames import (
     Frame, ReplayFrame, current_signature, gather_values, replay,
     write_results)
-from brainshard._core.state import (
-    State, describe_signature, describe_value, frame_stack, signature)
+from brainshard._core.state import State, frame_stack
+from brainshard._core.values import (
+    describe_signature, describe_value, signature)
 from brainshard._transforms.control import dispatch
 from brainshard._transforms.vmap_axes import StateAxes, VmapConfig
 
@@ -60,7 +61,7 @@ def _leaf_axes(state: State, sig: Any, axis: int, argname: str,
     ndim = len(aval.shape)
     if not -ndim <= axis < ndim:
       raise ValueError(
-          f"{name}: {argname} gives {state._label()} the batch axis {axis}, "
+          f"{name}: {argname} gives {state.label()} the batch axis {axis}, "
           f"but its value {describe_signature(sig)} has {ndim} dimension"
           f"{'' if ndim == 1 else 's'}. No State was changed.")
     out.append(axis % ndim)
@@ -138,7 +139,7 @@ def _axis_name(cfg: VmapConfig) -> Hashable:
   if cfg.axis_name is not None:
     return cfg.axis_name
   # Unique per nesting level, so draws in nested bs.vmaps fold in both.
-  depth = sum(bool(getattr(f, "vmap_axes", ())) for f in frame_stack())
+  depth = sum(bool(f.vmap_axes) for f in frame_stack())
   return f"bs.vmap#{depth}"
 
 
@@ -211,7 +212,7 @@ def _batch_size(cfg: VmapConfig, plan: _Plan, vals: list, arg_sizes: list) -> in
     if axis is None:
       continue
     for aval, ax in zip(sig[1], _leaf_axes(s, sig, axis, argname, cfg.name)):
-      sizes.append((f"{s._label()} ({describe_signature(sig)}) axis {axis}",
+      sizes.append((f"{s.label()} ({describe_signature(sig)}) axis {axis}",
                     aval.shape[ax]))
   if cfg.axis_size is not None:
     sizes.append(("axis_size", cfg.axis_size))
@@ -260,7 +261,7 @@ def _call(cfg: VmapConfig, fun: Callable, args: tuple, kwargs: dict) -> Any:
       raise
     raise ValueError(
         f"{cfg.name} writes a batched value (one per member) into "
-        f"{state._label()}, which is not batched: state_in_axes / "
+        f"{state.label()}, which is not batched: state_in_axes / "
         "state_out_axes give it no batch axis. Set state_out_axes (e.g. "
         f"state_out_axes={{{state.name or 'state'}: 0}}, and state_in_axes "
         "to match if the function reads it) to keep one value per member, "

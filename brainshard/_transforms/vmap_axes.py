@@ -17,7 +17,6 @@ from brainshard._core.args import fun_name
 from brainshard._core.caches import Cache
 from brainshard._core.state import State
 from brainshard._core.state_filter import NO_MATCH
-from brainshard._simulation.random import RandomState
 
 __all__ = ["StateAxes", "VmapConfig"]
 
@@ -39,13 +38,13 @@ def _check_state_axes(axes: StateAxes, argname: str, name: str) -> None:
 
 def _match(state: State, axes: StateAxes) -> Any:
   """The axis ``axes`` gives ``state``, or NO_MATCH. An int covers every
-  State except RandomStates (their keys are shared and each member folds in
-  its index, see brainshard/_simulation/random.py); a dict is matched by
+  State except those whose class is ``vmap_shared`` (RandomStates: their
+  keys are shared and each member folds in its index); a dict is matched by
   :func:`state_filter.match`."""
   if axes is None:
     return NO_MATCH
   if isinstance(axes, int):
-    return NO_MATCH if isinstance(state, RandomState) else axes
+    return NO_MATCH if state.vmap_shared else axes
   return state_filter.match(state, axes)
 
 

@@ -246,8 +246,8 @@ def _callbacks_supported(name: str) -> bool:
   their operands in a nested shard_map), so the bar is skipped with a
   warning rather than failing the loop."""
   for frame in frame_stack():
-    mesh = getattr(frame, "mesh", None)
-    manual = {a for a, _ in getattr(frame, "manual_axes", ())}
+    mesh = frame.mesh
+    manual = {a for a, _ in frame.manual_axes}
     if mesh is None or not manual:
       continue
     if any(t == jax.sharding.AxisType.Explicit and a not in manual

@@ -1,0 +1,353 @@
+"""The package's structure as brainshard/ARCHITECTURE.md states it, checked
+from the source alone (pure AST, nothing imported, well under a second):
+
+- every module under brainshard/ is listed in ARCHITECTURE.md, and every
+  module listed there exists;
+- imports point down the floors ``_core < _transforms < _scaleout <
+  _simulation < _models < the public modules`` (function-level imports
+  count; ``if TYPE_CHECKING:`` ones do not, they never run);
+- no import circles;
+- no module reads another module's private (underscore) names, except
+  within a family of modules split from one (``random*``, ``shard_*``) and
+  State's slot ``_value`` inside ``_core``; State and Frame declare the
+  internal surface the others use;
+- no stale module names (from before the package had floors) remain in
+  the package, the docs or benchmarks/ANALYSIS.md;
+- no ``functools`` cache, which ``bs.clear_caches()`` could not clear.
+
+``python tests/test_architecture.py`` prints every import edge.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PKG = ROOT / "brainshard"
+FLOORS = ("_core", "_transforms", "_scaleout", "_simulation", "_models")
+
+
+def _module_name(path: pathlib.Path) -> str:
+  parts = list(path.relative_to(ROOT).with_suffix("").parts)
+  if parts[-1] == "__init__":
+    parts.pop()
+  return ".".join(parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(PKG.rglob("*.py"))}
+TREES = {name: ast.parse(p.read_text(), str(p)) for name, p in MODULES.items()}
+
+
+def floor(module: str) -> int:
+  """0 for _core ... 4 for _models, 5 for the public modules above them."""
+  parts = module.split(".")
+  return FLOORS.index(parts[1]) if len(parts) > 1 and parts[1] in FLOORS \
+      else len(FLOORS)
+
+
+class _Scan(ast.NodeVisitor):
+  """One walk of a module: its imports that can run, the names it defines,
+  and the attributes it reads off anything but ``self``/``cls``."""
+
+  def __init__(self, tree: ast.AST):
+    self.imports: list[ast.Import | ast.ImportFrom] = []
+    self.defined: set[str] = set()
+    self.reads: list[tuple[str, int]] = []
+    self.visit(tree)
+
+  def visit_If(self, node: ast.If) -> None:
+    if "TYPE_CHECKING" in ast.unparse(node.test):  # never runs
+      for stmt in node.orelse:
+        self.visit(stmt)
+    else:
+      self.generic_visit(node)
+
+  def visit_Import(self, node: ast.Import) -> None:
+    self.imports.append(node)
+
+  visit_ImportFrom = visit_Import
+
+  def _define(self, node) -> None:
+    self.defined.add(node.name)
+    self.generic_visit(node)
+
+  visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _define
+
+  def visit_Attribute(self, node: ast.Attribute) -> None:
+    if isinstance(node.ctx, ast.Store):
+      self.defined.add(node.attr)
+    elif not (isinstance(node.value, ast.Name)
+              and node.value.id in ("self", "cls")):
+      self.reads.append((node.attr, node.lineno))
+    self.generic_visit(node)
+
+  def visit_Name(self, node: ast.Name) -> None:
+    if isinstance(node.ctx, ast.Store):
+      self.defined.add(node.id)
+
+  def visit_arg(self, node: ast.arg) -> None:
+    self.defined.add(node.arg)
+
+  def visit_Constant(self, node: ast.Constant) -> None:
+    if isinstance(node.value, str):  # __slots__, keyword-built namespaces
+      self.defined.add(node.value)
+
+
+def scan(module: str) -> _Scan:
+  found = _SCANS.get(module)
+  if found is None or found[0] is not TREES[module]:
+    found = _SCANS[module] = (TREES[module], _Scan(TREES[module]))
+  return found[1]
+
+
+_SCANS: dict[str, tuple[ast.AST, _Scan]] = {}
+
+
+def _targets(module: str, node: ast.AST) -> list[str]:
+  """The brainshard modules an import statement loads."""
+  if isinstance(node, ast.Import):
+    names = [a.name for a in node.names]
+  else:
+    if node.level:
+      base = module.split(".")
+      if MODULES[module].name != "__init__.py":
+        base = base[:-1]
+      base = base[:len(base) - node.level + 1]
+      source = ".".join(base + ([node.module] if node.module else []))
+    else:
+      source = node.module
+    names = [f"{source}.{a.name}" if f"{source}.{a.name}" in MODULES
+             else source for a in node.names]
+  out = []
+  for name in names:
+    while name not in MODULES and "." in name:
+      name = name.rsplit(".", 1)[0]
+    if name in MODULES:
+      out.append(name)
+  return out
+
+
+def import_edges() -> list[tuple[str, str, int]]:
+  """``(importer, imported, line)`` for every import that can run."""
+  return [(module, target, node.lineno)
+          for module in TREES for node in scan(module).imports
+          for target in _targets(module, node) if target != module]
+
+
+def test_edges_are_found():
+  # the checks below would pass vacuously on a broken parser
+  edges = {(a, b) for a, b, _ in import_edges()}
+  assert ("brainshard._core.program", "brainshard._core.discovery") in edges
+  assert ("brainshard", "brainshard._transforms.jit") in edges
+  assert len(edges) > 200
+
+
+def test_imports_point_down_the_floors():
+  upward = [f"{a} (line {line}) imports {b}" for a, b, line in import_edges()
+            if floor(b) > floor(a)]
+  assert not upward, "imports that go up a floor:\n" + "\n".join(upward)
+
+
+def _cycles(edges) -> list[list[str]]:
+  graph: dict[str, set[str]] = {m: set() for m in MODULES}
+  for a, b, _ in edges:
+    graph[a].add(b)
+  index: dict[str, int] = {}
+  low: dict[str, int] = {}
+  stack: list[str] = []
+  on_stack: set[str] = set()
+  found: list[list[str]] = []
+
+  def visit(v: str) -> None:  # Tarjan: strongly connected components
+    index[v] = low[v] = len(index)
+    stack.append(v)
+    on_stack.add(v)
+    for w in graph[v]:
+      if w not in index:
+        visit(w)
+        low[v] = min(low[v], low[w])
+      elif w in on_stack:
+        low[v] = min(low[v], index[w])
+    if low[v] == index[v]:
+      component = []
+      while True:
+        w = stack.pop()
+        on_stack.discard(w)
+        component.append(w)
+        if w == v:
+          break
+      if len(component) > 1:
+        found.append(sorted(component))
+
+  for v in graph:
+    if v not in index:
+      visit(v)
+  return found
+
+
+def test_no_import_circles():
+  assert _cycles(import_edges()) == []
+
+
+def test_the_circle_finder_finds_a_circle():
+  edges = import_edges() + [("brainshard._core.state",
+                             "brainshard._core.frames", 0)]
+  assert ["brainshard._core.frames", "brainshard._core.state"] in _cycles(
+      edges)
+
+
+# -- ARCHITECTURE.md lists every module ----------------------------------------
+
+ARCH = (PKG / "ARCHITECTURE.md").read_text()
+
+
+def _listed_modules() -> set[str]:
+  return set(re.findall(r"`((?:_\w+/)?\w+\.py)`", ARCH))
+
+
+def test_every_module_is_listed_in_architecture_md():
+  on_disk = {str(p.relative_to(PKG)) for p in PKG.rglob("*.py")
+             if not (p.name == "__init__.py" and p.parent != PKG)}
+  missing = sorted(on_disk - _listed_modules())
+  assert not missing, f"modules ARCHITECTURE.md does not list: {missing}"
+
+
+def test_every_listed_module_exists():
+  gone = sorted(m for m in _listed_modules() if not (PKG / m).is_file())
+  assert not gone, f"ARCHITECTURE.md lists modules that do not exist: {gone}"
+
+
+def test_architecture_md_links_only_inside_the_repository():
+  for target in re.findall(r"\]\(([^)]+)\)", ARCH):
+    if target.startswith(("http://", "https://", "#")):
+      continue
+    path = (PKG / target.split("#")[0]).resolve()
+    assert ROOT in path.parents and path.exists(), target
+
+
+# -- private names -------------------------------------------------------------
+
+# Names of other libraries that merely start with an underscore.
+FOREIGN = {"_getframe", "_exit", "_replace", "_asdict", "_fields", "_make"}
+# Underscore names of a declared surface, and the package that may read
+# them: State's slot itself, read directly on the core's call path (one
+# attribute load per State per call, where a property would cost a call);
+# elsewhere it is ``state.slot``.
+DECLARED = {"_value": "brainshard._core"}
+
+
+def _family(module: str) -> str:
+  """Modules split from one share a family: ``_simulation/random_draw.py``
+  is of ``_simulation/random``, ``_transforms/shard_plan.py`` of
+  ``_transforms/shard``."""
+  package, _, name = module.rpartition(".")
+  return f"{package}.{name.split('_')[0]}"
+
+
+def private_reads() -> list[str]:
+  """``module: line: name`` for each private name a module reaches that
+  neither it nor its family defines."""
+  family_defs: dict[str, set[str]] = {}
+  for module in TREES:
+    family_defs.setdefault(_family(module), set()).update(scan(module).defined)
+  found = []
+  for module in TREES:
+    own = family_defs[_family(module)]
+    found += [f"{module}:{line}: reads .{name}"
+              for name, line in scan(module).reads
+              if name.startswith("_") and not name.startswith("__")
+              and name not in own and name not in FOREIGN
+              and not module.startswith(DECLARED.get(name, "-") + ".")]
+    for node in scan(module).imports:
+      src = getattr(node, "module", None) or ""
+      if src.startswith("brainshard") and _family(src) != _family(module):
+        found += [f"{module}:{node.lineno}: imports {a.name}"
+                  for a in node.names
+                  if a.name.startswith("_") and not a.name.startswith("__")]
+  return found
+
+
+def test_no_module_reads_another_modules_private_names():
+  found = private_reads()
+  assert not found, ("private names read across modules (declare them, see "
+                     "State and Frame's internal surface):\n" + "\n".join(found))
+
+
+def test_the_private_name_check_sees_a_private_read():
+  tree = ast.parse("from brainshard._core.state import _UNSET\n"
+                   "def f(state):\n  return state._value\n")  # not in _core
+  TREES["brainshard._transforms.probe"] = tree
+  try:
+    found = [r for r in private_reads()
+             if r.startswith("brainshard._transforms.probe:")]
+  finally:
+    del TREES["brainshard._transforms.probe"]
+  assert found == ["brainshard._transforms.probe:3: reads ._value",
+                   "brainshard._transforms.probe:1: imports _UNSET"]
+
+
+# -- stale module names ----------------------------------------------------------
+
+# Flat modules of the package before it had floors, and modules since moved.
+OLD_FLAT = ("args", "axes", "compat", "cond", "control", "describe",
+            "donation", "fastcall", "jit", "loops", "multihost", "place",
+            "placement", "progress", "random", "shard_map", "specs", "state",
+            "stateful")
+STALE = re.compile(
+    r"(?<![\w/.])(?:brainshard/)?_(?:%s)\.py\b|brainshard\._(?:%s)\b"
+    r"|_simulation[./]progress\b" % ("|".join(OLD_FLAT), "|".join(OLD_FLAT)))
+
+
+def _text_files():
+  yield from PKG.rglob("*.py")
+  yield from PKG.glob("*.md")
+  for p in (ROOT / "docs").rglob("*.md"):
+    if p.name != "benchmarks.md":  # regenerated by benchmarks/, not by hand
+      yield p
+  yield ROOT / "benchmarks" / "ANALYSIS.md"
+
+
+@pytest.mark.parametrize("text", ["see brainshard/_fastcall.py", "`_state.py`",
+                                  "brainshard._jit", "_simulation/progress.py"])
+def test_stale_pattern_matches_old_names(text):
+  assert STALE.search(text)
+
+
+@pytest.mark.parametrize("text", ["brainshard/_core/state.py",
+                                  "_core/fastcall.py", "random_state.py",
+                                  "brainshard._core.jit", "_transforms.progress"])
+def test_stale_pattern_spares_current_names(text):
+  assert not STALE.search(text)
+
+
+def test_no_stale_module_names():
+  stale = [f"{p.relative_to(ROOT)}:{i}: {m.group(0)}"
+           for p in _text_files() if p.exists()
+           for i, line in enumerate(p.read_text().splitlines(), 1)
+           for m in STALE.finditer(line)]
+  assert not stale, "old module names:\n" + "\n".join(stale)
+
+
+# -- caches ----------------------------------------------------------------------
+
+def test_no_functools_caches():
+  # ARCHITECTURE.md: every cache is a Cache (or registered), so that
+  # bs.clear_caches() empties it; a functools cache it would never reach.
+  found = [f"{module}:{node.lineno}"
+           for module, tree in TREES.items() for node in ast.walk(tree)
+           if (isinstance(node, ast.Attribute) and node.attr in (
+               "lru_cache", "cache", "cached_property")
+               and isinstance(node.value, ast.Name)
+               and node.value.id == "functools")
+           or (isinstance(node, ast.ImportFrom) and node.module == "functools"
+               and {"lru_cache", "cache"} & {a.name for a in node.names})]
+  assert not found, f"functools caches bs.clear_caches() cannot clear: {found}"
+
+
+if __name__ == "__main__":  # python tests/test_architecture.py: the edges
+  for a, b, line in sorted(set(import_edges())):
+    print(f"{a} -> {b}  (line {line})")
