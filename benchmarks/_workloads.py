@@ -116,12 +116,30 @@ def dispatch_cases(n: int):
     kept()
     box[0] = kept_states[0].value
 
-  return {"jax.jit": pure_case(False), "jax.jit(donate_argnums)": pure_case(True),
+  return {"jax.jit": pure_case(False), PURE_DISPATCH: pure_case(True),
+          PURE_KEPT: pure_kept_case(n),
           BS: Case(auto, sync), f"{BS} (donate_states=False)": Case(never, sync),
-          f"{BS} (a reference kept)": Case(keep_one, lambda: kept_states[0].value)}
+          BS_KEPT: Case(keep_one, lambda: kept_states[0].value)}
+
+
+def pure_kept_case(n: int) -> Case:
+  """The same work as ``bs.jit`` with a reference kept to one state's
+  value: every buffer donated but the referenced one."""
+  f = jax.jit(lambda v0, rest: (v0 + 1.0, [v + 1.0 for v in rest]),
+              donate_argnums=1)
+  box = [jnp.zeros(4, jnp.float32), [jnp.zeros(4, jnp.float32)
+                                     for _ in range(n - 1)]]
+  kept = [None]
+
+  def run():
+    box[0], box[1] = f(box[0], box[1])
+    kept[0] = box[0]
+  return Case(run, lambda: box[0])
 
 
 PURE_DISPATCH = "jax.jit(donate_argnums)"
+PURE_KEPT = "jax.jit(donate_argnums, one kept)"
+BS_KEPT = f"{BS} (a reference kept)"
 
 
 def _dispatch_goal(impl: str) -> float | None:
