@@ -47,8 +47,8 @@ def make_entry(program: Any) -> Callable:
   which re-plans (``owner.retry``) and calls again.
   """
   ns: dict[str, Any] = dict(
-      _frames=_frames, _top=compat.at_top_level, _rc=sys.getrefcount,
-      _SOLE=donation.SOLE_LOCAL, _Array=compat.ArrayImpl,
+      _frames=_frames, _rc=sys.getrefcount,
+      _Array=compat.ArrayImpl,
       _jitted=program.j_all, _jitted_for=program.jitted_for,
       _variants=program._jitted,
       _sole_tree=donation.sole_tree, _generic=program.call,
@@ -82,7 +82,9 @@ def _body(program: Any, ns: dict) -> list[str]:
   # back. Its bound acquire/release in a try/finally, not ``with``: measured
   # here, ``with`` on an RLock costs about twice as much (a special-method
   # lookup and a three-argument ``__exit__``), a tenth of a small dispatch.
-  head = ["if _frames.stack or not _top():",
+  top, names = compat.top_level_source()  # inlined: no call
+  ns.update(names)
+  head = [f"if _frames.stack or not ({top}):",
           "  return _generic(args, kwargs)",
           "_acquire()",
           "try:"]
@@ -121,8 +123,9 @@ def _body(program: Any, ns: dict) -> list[str]:
 def _sole_tests(cand: list[str]) -> list[str]:
   """One test per candidate, each run once into a local: the kept-reference
   case builds its mask from them instead of testing again."""
-  lines = [f"d{i} = _rc({c}) == _SOLE and (type({c}) is _Array or "
-           f"_sole_tree({c}))" for i, c in enumerate(cand)]
+  # The sole-owner count as a literal: a constant load, not a global one.
+  lines = [f"d{i} = _rc({c}) == {donation.SOLE_LOCAL} and (type({c}) is "
+           f"_Array or _sole_tree({c}))" for i, c in enumerate(cand)]
   tests = [f"d{i}" for i in range(len(cand))]
   return lines + [f"if not ({' and '.join(tests)}):",
                   f"  _m = ({', '.join(tests)},)",
