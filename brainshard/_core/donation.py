@@ -74,7 +74,7 @@ def _calibrate() -> tuple[int, bool]:
 
 
 def _local_count(holder: _Holder) -> int:
-  # The pattern of brainshard/_fastcall.py: the value in a local, counted.
+  # The pattern of _core/fastcall.py: the value in a local, counted.
   c0 = holder.value
   return _getrefcount(c0)
 
