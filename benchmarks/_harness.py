@@ -99,6 +99,15 @@ def _summarise(samples: dict[str, list[float]], baseline: str,
   return out
 
 
+def against(timings: dict[str, Timing], name: str, baseline: str) -> Timing:
+  """``timings[name]`` as ratios to another case of the same :func:`compare`
+  run (each repeat against the baseline timed beside it): for a row whose
+  same-work baseline is not the run's."""
+  t, b = timings[name], timings[baseline]
+  return _summarise({name: t.samples, baseline: b.samples}, baseline,
+                    {name: t.number, baseline: b.number})[name]
+
+
 def once(fn: Callable[[], Any]) -> float:
   """Wall time of one call (blocked), for first-call latencies."""
   gc.collect()

@@ -156,6 +156,33 @@ def dispatch_step(n: int):
   return states, step
 
 
+def dispatch_pure(n: int, donate: bool = True):
+  """The same work in pure JAX, ``(run, sync)``: ``vals = f(vals)``,
+  donating every buffer as ``bs.jit`` does (or none)."""
+  f = jax.jit(lambda vals: [v + 1.0 for v in vals],
+              donate_argnums=0 if donate else ())
+  box = [[jnp.zeros(4, jnp.float32) for _ in range(n)]]
+
+  def run():
+    box[0] = f(box[0])
+  return run, lambda: box[0][0]
+
+
+def dispatch_pure_kept(n: int):
+  """The same work as ``bs.jit`` with a reference kept to one state's value
+  after each step, ``(run, sync)``: every buffer donated but that one."""
+  f = jax.jit(lambda v0, rest: (v0 + 1.0, [v + 1.0 for v in rest]),
+              donate_argnums=1)
+  box = [jnp.zeros(4, jnp.float32),
+         [jnp.zeros(4, jnp.float32) for _ in range(n - 1)]]
+  kept = [None]
+
+  def run():
+    box[0], box[1] = f(box[0], box[1])
+    kept[0] = box[0]  # the reference the notebook pattern keeps
+  return run, lambda: box[0]
+
+
 # -- CUBA (Brette et al. 2007) ------------------------------------------------------
 
 CUBA = dict(n=4000, n_exc=3200, k_exc=64, k_inh=16, dt=0.1, tau_m=20.0,

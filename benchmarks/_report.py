@@ -8,12 +8,15 @@ from collections import OrderedDict
 
 BS = "brainshard"
 
-GOALS = [  # (workload, impl, goal, what)
-    ("dispatch", BS, 1.2,
+GOALS = [  # (workload, impl, goal, what); a row's own "goal" wins
+    ("dispatch", BS, "1.15 at N < 10, 1.05 from N = 10",
      "`bs.jit` dispatch, N small states, vs `jax.jit(donate_argnums)`"),
-    ("sharded", f"{BS} bs.jit(bs.shard_map)", 1.10,
+    ("dispatch", f"{BS} (a reference kept)", "1.10 at N = 10 to 100",
+     "`bs.jit` dispatch with a reference kept to one state's value vs "
+     "`jax.jit` donating every buffer but that one"),
+    ("sharded", f"{BS} bs.jit(bs.shard_map)", 1.05,
      "`bs.jit(bs.shard_map(step))` vs `jax.jit(jax.shard_map(pure), donate_argnums)`"),
-    ("sharded", f"{BS} bs.shard_map (eager)", 1.30,
+    ("sharded", f"{BS} bs.shard_map (eager)", 1.15,
      "eager `bs.shard_map(step)(...)` vs the pure jitted step"),
     ("for_loop", f"{BS} bs.jit(bs.for_loop)", 1.05,
      "1000-step simulation, `bs.jit(bs.for_loop)` vs `jax.lax.scan`"),
@@ -115,7 +118,9 @@ def _dispatch_matrix(rows: list[dict]) -> list[str]:
         cells.append("n/a")
       else:
         cells.append(f"{r['ratio']:.2f} ({_fmt_time(r['time_s'])})")
-    out.append(f"| {impl} | " + " | ".join(cells) + " |")
+    other = {r["baseline"] for r in rows if r["impl"] == impl} - {label}
+    vs = f" (vs `{other.pop()}`)" if other else ""
+    out.append(f"| {impl}{vs} | " + " | ".join(cells) + " |")
   notes = {r["impl"]: r["unavailable"] for r in rows if "unavailable" in r}
   for impl, why in notes.items():
     out.append("")
@@ -196,18 +201,26 @@ def _goal_summary(results: list[dict]) -> list[str]:
     if not rows:
       continue
     rs = [r for r in rows if "ratio" in r]
-    worst = max(rs, key=lambda r: r["ratio"])
+    if not rs:
+      continue
+    def goal_of(r):
+      return r.get("goal") or (goal if isinstance(goal, float) else None)
     def label(r):
       if impl is not None:
         return r["case"]
       return f"{r['case']} ({r['impl'][len(BS):].strip() or 'bs.jit'})"
-    cells = ", ".join(f"{label(r)}: {r['ratio']:.2f}" for r in rs)
-    met = all(r["ratio"] <= goal for r in rs)
-    verdict = "yes" if met else f"**no** (worst {worst['ratio']:.2f})"
+    def cell(r):  # a case without a goal is information
+      return f"{label(r)}: {r['ratio']:.2f}" + ("" if goal_of(r) else " (info)")
+    cells = ", ".join(map(cell, rs))
+    missed = [r for r in rs if goal_of(r) and r["ratio"] > goal_of(r)]
+    verdict = "yes" if not missed else "**no** (" + ", ".join(
+        f"{label(r)}: {r['ratio']:.2f} > {goal_of(r):.2f}" for r in missed) + ")"
     peers = "-" if impl is None else _peer_summary(
         [r for r in allrows if r["case"] in {x["case"] for x in rs}])
     if impl is None:
       peers = _peer_summary(allrows)
+    if impl == f"{BS} (a reference kept)":
+      peers = "-"
     out.append(f"| {what} ≤ {goal} | {cells} | {verdict} | {peers} |")
   return out
 
@@ -298,7 +311,11 @@ def render(doc: dict, out_dir: str, analysis: str | None = None, *,
               f"`{disp[0]['baseline']}` of `lambda vals: [v + 1 for v in vals]` "
               "called as `vals = f(vals)`, donating the buffers as `bs.jit` "
               "does; `jax.jit` without donation is an information row. "
-              "Ratio (time per call):", ""]
+              "*A reference kept*: after each call the step keeps one state's "
+              "value (`v_now = states[0].value`), so that buffer cannot be "
+              "donated; its baseline is the same pure step keeping that "
+              "array and donating every other buffer. Ratio (time per call):",
+              ""]
     lines += _dispatch_matrix(disp) + [""]
     if plot_states(disp, os.path.join(out_dir, png_name)):
       lines += [f"![ratio vs number of states]({png_name})", ""]

@@ -51,7 +51,7 @@ from jax.extend.core import get_opaque_trace_state, jaxpr_as_fun
 from jax.extend.random import (define_prng_impl, threefry2x32_p,
                                 threefry_prng_impl)
 
-__all__ = ["at_top_level", "current_trace", "new_trace_input", "jaxpr_as_fun",
+__all__ = ["at_top_level", "top_level_source", "current_trace", "new_trace_input", "jaxpr_as_fun",
            "Tracer", "ShapedArray", "is_traced", "varying_axes",
             "get_opaque_trace_state", "step_aval", "eager", "under_trace",
            "forget_staged_closures", "hide_from_tracebacks", "api_boundary",
@@ -73,6 +73,23 @@ else:  # pragma: no cover - older/newer JAX without the slot
   def at_top_level() -> bool:
     """True when no JAX transform is tracing on this thread (eager mode)."""
     return _core.trace_ctx.trace is _core.eval_trace
+
+
+def top_level_source() -> tuple[str, dict[str, Any]]:
+  """:func:`at_top_level` as a Python expression and the names it reads, for
+  generated code (``_core/fastcall.py``) to inline: on a small dispatch the
+  function call itself is a visible cost.
+
+  Example:
+    >>> from brainshard._core import compat
+    >>> expr, names = compat.top_level_source()
+    >>> eval(expr, names)
+    True
+  """
+  if _trace_slot is not None:
+    return ("_trace_slot.value is _eval_trace",
+            dict(_trace_slot=_trace_slot, _eval_trace=_eval_trace))
+  return "_at_top_level()", dict(_at_top_level=at_top_level)  # pragma: no cover
 
 
 _tree_leaves = _tree_util.tree_leaves
