@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> dict:
         f"{mc.layout.n} neurons, {mc.n_synapses} synapses, {len(devices)} "
         f"device(s), exchange every {mc.every} step(s)")
   print(f"  build {build_s:.1f} s ({build_cpu:.1f} CPU-s); warm-up "
-        f"{args.warmup:g} s (with compile) {out['warmup_s']:.1f} s; {args.duration:g} s measured in "
+        f"{args.warmup:g} s (with compile) {out['warmup_s']:.1f} s; "
+        f"{args.duration:g} s measured in "
         f"{out['run_s']:.1f} s = {per_s:.1f} s per simulated second "
         f"({cpu_per_s:.1f} CPU-s)")
   print(f"  peak RSS {peak_rss_mb():.0f} MB")
