@@ -57,6 +57,7 @@ def reference(m, argnums=(0, 1)):
   return _pure_grad(argnums)(m.w.value, m.b.value, m.scale.value, X)
 
 
+@pytest.mark.slow
 def test_grad_states_structures():
   m = Model()
   gw, gb = reference(m)
@@ -79,6 +80,7 @@ def test_grad_states_structures():
   allclose(g[m.scale], gscale)
 
 
+@pytest.mark.slow
 def test_argnums_conventions():
   m = Model()
   gw, gb = reference(m)
@@ -97,6 +99,7 @@ def test_argnums_conventions():
     allclose(bs.grad(f, argnums=argnums)(X[0], y), ref)
 
 
+@pytest.mark.slow
 def test_value_and_grad_and_aux():
   m = Model()
   gw, gb = reference(m)
@@ -154,6 +157,7 @@ def test_eager_calls_trace_once():
   allclose(g2[m.b], reference(m)[1])
 
 
+@pytest.mark.slow
 def test_state_dict_is_a_pytree_for_jit_and_optax():
   m = Model()
   opt = optax.adam(1e-2)
@@ -211,6 +215,7 @@ def test_bad_grad_states_leave_states_as_they_were():
     np.testing.assert_array_equal(s.value, v)
 
 
+@pytest.mark.slow
 def test_random_state_and_pytree_state():
   rng = bs.RandomState(7, name="rng")
   p = bs.ParamState({"a": jnp.array([1.0, 2.0]), "b": jnp.array(0.5)}, name="p")
@@ -356,6 +361,7 @@ def test_bptt_through_for_loop_matches_lax_scan():
     allclose(v.value, vf)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("check_vma", [True, False])
 def test_grad_inside_shard_map_is_the_single_device_gradient(check_vma):
   m = mesh((8,), ("x",))
@@ -401,6 +407,7 @@ def test_bs_jit_of_jax_grad_of_bs_jit():
   allclose(bs.jit(jax.grad(f))(x), ref)
 
 
+@pytest.mark.slow
 def test_grad_of_function_calling_bs_jit_and_nested_grad():
   w = bs.ParamState(jnp.array([1.0, 2.0]), name="w")
   v = bs.State(jnp.zeros(2), name="v")

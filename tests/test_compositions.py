@@ -106,6 +106,7 @@ def _check(names, sharded, axis_type=AxisType.Explicit):
   np.testing.assert_array_equal(np.asarray(w.value), w0)  # only read
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(names=st.lists(st.sampled_from(NAMES), min_size=3, max_size=4),

@@ -11,6 +11,7 @@ import pytest
 from brainshard import models as bm
 
 
+@pytest.mark.slow
 def test_table_rows_are_mesh_independent_and_split_by_receptor():
   """A shard's rows are the same rows of the whole table; the first
   round(0.8 k) slots are excitatory, the rest inhibitory."""
