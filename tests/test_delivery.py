@@ -74,6 +74,7 @@ def test_first_fired_caps_and_pads():
 
 # -- the scatter into the ring buffer -------------------------------------------
 
+@pytest.mark.slow
 def test_deliver_matches_numpy_bit_for_bit():
   """Random spikes, few search sizes (so several passes and every branch
   run): the buffer equals the NumPy one exactly, sums in the same order."""

@@ -42,6 +42,7 @@ def test_every_example_module_is_listed():
   assert found == set(EXAMPLES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_help_works_and_documents_every_option(name):
   proc = _run("-m", f"examples.{name}", "--help")
@@ -52,6 +53,7 @@ def test_help_works_and_documents_every_option(name):
     assert "seconds" in proc.stdout
 
 
+@pytest.mark.slow
 def test_brainstate_example_without_brainstate_says_what_to_install():
   code = ("import sys, runpy; sys.modules['brainstate'] = None; "
           "sys.argv = ['ei_brainstate'] + sys.argv[1:]; "

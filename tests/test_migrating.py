@@ -53,6 +53,7 @@ def test_sharded_port_gives_the_same_spikes(port):
   np.testing.assert_allclose(v8, v, rtol=0, atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, kwargs", [
     ("normal", dict(size=(3,))), ("uniform", dict(size=(3,))),
     ("randint", dict(low=0, high=10, size=(4,))),

@@ -463,6 +463,7 @@ def test_jax_grad_around_a_reading_vmap_and_cond_inside_members():
   np.testing.assert_array_equal(n.value, [1, 0, 1, 0])
 
 
+@pytest.mark.slow
 def test_states_sharded_along_the_batch_axis_at_top_level(axis_type):
   # An ensemble laid out over a 2-D mesh (members over 'x', neurons over
   # 'y'), stepped by bs.vmap without shard_map: the compiler shards it.
@@ -481,6 +482,7 @@ def test_states_sharded_along_the_batch_axis_at_top_level(axis_type):
   assert net.V.value.sharding.spec[0] == "x"
 
 
+@pytest.mark.slow
 def test_random_draws_in_a_loop_inside_members_match_hand_written():
   rng = bs.RandomState(0, name="rng")
   V = bs.State(jnp.zeros((4, 2)), name="V")
