@@ -77,6 +77,7 @@ def test_remat_inside_for_loop_under_grad(policy):
   assert "remat" in text and "remat" not in plain
 
 
+@pytest.mark.slow
 def test_eager_remat_writes_states_and_caches():
   w, v, xs, step = make()
   runs = []
