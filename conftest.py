@@ -1,7 +1,47 @@
-"""Fakes 8 CPU devices for every test and doctest, before JAX starts."""
+"""Fakes 8 CPU devices for every test and doctest, before JAX starts, and
+marks the slow docstring examples ``slow``."""
 
 import os
+
+import pytest
 
 _FLAG = "--xla_force_host_platform_device_count=8"
 if _FLAG not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
+
+
+# Docstring examples that build and run a network or draw large samples
+# (each over ~0.8 s on 2 quiet cores): with the slow tests, out of the quick
+# tier (-m "not slow"); the full suite runs them.
+SLOW_DOCTESTS = frozenset({
+    "benchmarks.bench_brian2",
+    "benchmarks.bench_scale",
+    "brainshard._models.connectivity",
+    "brainshard._models.connectivity.synapses",
+    "brainshard._models.counter",
+    "brainshard._models.counts",
+    "brainshard._models.delivery",
+    "brainshard._models.distributions",
+    "brainshard._models.events",
+    "brainshard._models.exchange",
+    "brainshard._models.plans",
+    "brainshard._scaleout.place.sharded_init",
+    "brainshard._simulation.random_discrete.multinomial",
+    "brainshard._simulation.random_discrete.negative_binomial",
+    "brainshard._simulation.random_samplers.beta",
+    "brainshard._simulation.random_samplers.chisquare",
+    "brainshard._simulation.random_samplers.dirichlet",
+    "brainshard._simulation.random_samplers.gamma",
+    "brainshard._simulation.random_samplers.standard_gamma",
+    "brainshard._simulation.random_samplers.standard_t",
+    "brainshard._simulation.random_samplers.truncated_normal",
+    "brainshard._simulation.runner.Runner",
+    "brainshard.models",
+    "brainshard.random",
+})
+
+
+def pytest_collection_modifyitems(config, items):
+  for item in items:
+    if item.name in SLOW_DOCTESTS and type(item).__name__ == "DoctestItem":
+      item.add_marker(pytest.mark.slow)

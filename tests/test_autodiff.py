@@ -1,6 +1,8 @@
 """bs.grad and family: every result is compared with jax on a hand-written
 pure function of the same values."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -44,14 +46,22 @@ def pure_loss(w, b, scale, x):
 X = jax.random.normal(jax.random.PRNGKey(1), (4, 3))
 
 
+@functools.lru_cache(maxsize=None)
+def _pure_grad(argnums):
+  # jitted once per argnums: the same pure gradient, one compile for all
+  # tests instead of one per primitive per call
+  return jax.jit(jax.grad(pure_loss, argnums))
+
+
 def reference(m, argnums=(0, 1)):
-  return jax.grad(pure_loss, argnums)(m.w.value, m.b.value, m.scale.value, X)
+  return _pure_grad(argnums)(m.w.value, m.b.value, m.scale.value, X)
 
 
+@pytest.mark.slow
 def test_grad_states_structures():
   m = Model()
   gw, gb = reference(m)
-  _, gscale = jax.grad(pure_loss, (0, 2))(m.w.value, m.b.value, m.scale.value, X)
+  _, gscale = reference(m, (0, 2))
   allclose(bs.grad(m.loss, grad_states=m.w)(X), gw)
   g = bs.grad(m.loss, grad_states=[m.w, m.b])(X)
   assert isinstance(g, list)
@@ -70,10 +80,11 @@ def test_grad_states_structures():
   allclose(g[m.scale], gscale)
 
 
+@pytest.mark.slow
 def test_argnums_conventions():
   m = Model()
   gw, gb = reference(m)
-  gx = jax.grad(pure_loss, 3)(m.w.value, m.b.value, m.scale.value, X)
+  gx = reference(m, 3)
   sg, ag = bs.grad(m.loss, grad_states=m.w, argnums=0)(X)
   allclose((sg, ag), (gw, gx))
   sg, ag = bs.grad(m.loss, grad_states=m.w, argnums=(0,))(X)
@@ -88,6 +99,7 @@ def test_argnums_conventions():
     allclose(bs.grad(f, argnums=argnums)(X[0], y), ref)
 
 
+@pytest.mark.slow
 def test_value_and_grad_and_aux():
   m = Model()
   gw, gb = reference(m)
@@ -145,6 +157,7 @@ def test_eager_calls_trace_once():
   allclose(g2[m.b], reference(m)[1])
 
 
+@pytest.mark.slow
 def test_state_dict_is_a_pytree_for_jit_and_optax():
   m = Model()
   opt = optax.adam(1e-2)
@@ -164,6 +177,7 @@ def test_state_dict_is_a_pytree_for_jit_and_optax():
     updates, opt_state = opt.update({"w": grads[0], "b": grads[1]}, opt_state)
     return (params[0] + updates["w"], params[1] + updates["b"]), opt_state, loss
 
+  pure_step = jax.jit(pure_step)
   ref_params = (m.w.value, m.b.value)
   ref_opt = opt.init({"w": ref_params[0], "b": ref_params[1]})
   for _ in range(3):
@@ -201,6 +215,7 @@ def test_bad_grad_states_leave_states_as_they_were():
     np.testing.assert_array_equal(s.value, v)
 
 
+@pytest.mark.slow
 def test_random_state_and_pytree_state():
   rng = bs.RandomState(7, name="rng")
   p = bs.ParamState({"a": jnp.array([1.0, 2.0]), "b": jnp.array(0.5)}, name="p")
@@ -266,7 +281,7 @@ def test_jacobians(kind):
   f = lambda x: {"h": jnp.tanh(x @ m.w.value + m.b.value)}  # noqa: E731
   pure = lambda w, b, x: {"h": jnp.tanh(x @ w + b)}  # noqa: E731
   ours, theirs = getattr(bs, kind), getattr(jax, kind)
-  ref = theirs(pure, (0, 1, 2))(m.w.value, m.b.value, X)["h"]
+  ref = jax.jit(theirs(pure, (0, 1, 2)))(m.w.value, m.b.value, X)["h"]
   jac = ours(f, grad_states=[m.w, m.b], argnums=0)(X)["h"]
   allclose(jac, ([ref[0], ref[1]], ref[2]))
   allclose(ours(f)(X)["h"], ref[2])
@@ -277,7 +292,7 @@ def test_hessian():
   m = Model()
   f = lambda: jnp.sum(jnp.tanh(m.w.value) ** 3) * jnp.sum(m.b.value ** 2)  # noqa
   pure = lambda w, b: jnp.sum(jnp.tanh(w) ** 3) * jnp.sum(b ** 2)  # noqa: E731
-  ref = jax.hessian(pure, (0, 1))(m.w.value, m.b.value)
+  ref = jax.jit(jax.hessian(pure, (0, 1)))(m.w.value, m.b.value)
   h = bs.hessian(f, grad_states={"w": m.w, "b": m.b})()
   allclose(h["w"]["w"], ref[0][0])
   allclose(h["w"]["b"], ref[0][1])
@@ -288,8 +303,8 @@ def test_hessian():
   g = lambda x: (jnp.sum(jnp.sin(m.b.value * x) ** 2), x.sum())  # noqa: E731
   x = jnp.array([1.0, 2.0])
   h, aux = bs.hessian(g, grad_states=m.b, argnums=0, has_aux=True)(x)
-  allclose(h, jax.hessian(lambda b, x: jnp.sum(jnp.sin(b * x) ** 2), (0, 1))(
-      m.b.value, x))
+  allclose(h, jax.jit(jax.hessian(lambda b, x: jnp.sum(jnp.sin(b * x) ** 2),
+                                   (0, 1)))(m.b.value, x))
   allclose(aux, 3.0)
 
 
@@ -336,7 +351,7 @@ def test_bptt_through_for_loop_matches_lax_scan():
     (vf, _), ss = jax.lax.scan(body, (jnp.zeros(n), jnp.zeros(n)), xs)
     return jnp.mean((ss.mean(0) - 0.2) ** 2), vf
 
-  (ref_loss, vf), ref = jax.value_and_grad(pure, (0, 1), has_aux=True)(
+  (ref_loss, vf), ref = jax.jit(jax.value_and_grad(pure, (0, 1), has_aux=True))(
       w_in.value, w_rec.value)
   assert float(jnp.abs(ref[0]).sum()) > 0  # the surrogate carries gradient
   for run in (bs.value_and_grad(loss, grad_states=[w_in, w_rec]),
@@ -346,6 +361,7 @@ def test_bptt_through_for_loop_matches_lax_scan():
     allclose(v.value, vf)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("check_vma", [True, False])
 def test_grad_inside_shard_map_is_the_single_device_gradient(check_vma):
   m = mesh((8,), ("x",))
@@ -367,8 +383,8 @@ def test_grad_inside_shard_map_is_the_single_device_gradient(check_vma):
 
   run = bs.shard_map(step, mesh=m, in_specs=(P("x"), P("x")),
                      out_specs=(P(), P()), check_vma=check_vma)
-  ref_l, ref_g = jax.value_and_grad(
-      lambda w: jnp.sum((jnp.tanh(x @ w) - y) ** 2) / 16)(w.value)
+  ref_l, ref_g = jax.jit(jax.value_and_grad(
+      lambda w: jnp.sum((jnp.tanh(x @ w) - y) ** 2) / 16))(w.value)
   allclose(run(x, y), (ref_l, ref_g))
   allclose(bs.jit(run)(x, y), (ref_l, ref_g))
   assert int(seen.value) == 2
@@ -391,6 +407,7 @@ def test_bs_jit_of_jax_grad_of_bs_jit():
   allclose(bs.jit(jax.grad(f))(x), ref)
 
 
+@pytest.mark.slow
 def test_grad_of_function_calling_bs_jit_and_nested_grad():
   w = bs.ParamState(jnp.array([1.0, 2.0]), name="w")
   v = bs.State(jnp.zeros(2), name="v")

@@ -42,17 +42,25 @@ def _example_float64(n: int, delay: int, steps: int, seed: int = 0):
   with jax.enable_x64(True):
     w_exc = jnp.asarray(counts[:, :p.n_exc])
     w_inh = jnp.asarray(counts[:, p.n_exc:])
-    step = jax.jit(lambda *s: cuba.neuron_update(p, *s))
+
+    @jax.jit  # one dispatch a step: the update, then this step's arrivals
+    def step(w_exc, w_inh, v, ge, gi, ref, x_exc, x_inh):
+      v, ge, gi, ref, spikes = cuba.neuron_update(p, v, ge, gi, ref, x_exc, x_inh)
+      fired = spikes.astype(jnp.float64)
+      return (v, ge, gi, ref, spikes,
+              (w_exc @ fired[:p.n_exc], w_inh @ fired[p.n_exc:]))
+
     v = jnp.asarray(v0)
     ge = gi = jnp.zeros(n)
     ref = jnp.zeros(n, jnp.int32)
     queue = [(jnp.zeros(n), jnp.zeros(n))] * delay  # arrivals, in order
-    out = np.zeros((steps, n), bool)
+    rows = []
     for t in range(steps):
-      v, ge, gi, ref, spikes = step(v, ge, gi, ref, *queue.pop(0))
-      fired = spikes.astype(jnp.float64)
-      queue.append((w_exc @ fired[:p.n_exc], w_inh @ fired[p.n_exc:]))
-      out[t] = np.asarray(spikes)
+      v, ge, gi, ref, spikes, arrivals = step(w_exc, w_inh, v, ge, gi, ref,
+                                             *queue.pop(0))
+      queue.append(arrivals)
+      rows.append(spikes)
+    out = np.asarray(jnp.stack(rows))
   return out
 
 

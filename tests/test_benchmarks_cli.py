@@ -45,6 +45,7 @@ def test_quick_run_leaves_the_docs_alone(fake_root):
   assert _files(fake_root / "docs") == []
 
 
+@pytest.mark.slow
 def test_docs_flag_regenerates_the_docs(fake_root):
   assert run.main(["--quick", "--no-peers", "--only", "dispatch",
                    "--docs"]) == 0
@@ -53,6 +54,7 @@ def test_docs_flag_regenerates_the_docs(fake_root):
   assert "](benchmarks_states.png)" in text and "--docs" in text
 
 
+@pytest.mark.slow
 def test_partial_run_keeps_the_full_runs_header(fake_root, monkeypatch):
   """`--only demo --docs` re-measures one section: the page keeps the full
   run's date and mode and says which sections were re-measured when."""
@@ -118,6 +120,7 @@ def test_scale_keeps_each_fastest_and_reports_failures(monkeypatch):
   assert "- brainstate, N = 4,000: `RESOURCE_EXHAUSTED: out of memory`" in text
 
 
+@pytest.mark.slow
 def test_a_failed_scale_run_is_a_row_naming_its_case_and_error():
   from benchmarks import bench_scale
   r = bench_scale.child(["brainshard", "cuba", 40, 1.0, 1, 1, "step", "bogus"])
@@ -146,6 +149,7 @@ def test_one_command_line_names_every_benchmark():
   assert all(name in cli.usage() for name in cli.COMMANDS)
 
 
+@pytest.mark.slow
 def test_command_help_names_the_command():
   import pathlib
   import subprocess

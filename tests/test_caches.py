@@ -122,6 +122,7 @@ def test_cache_keeps_at_most_maxsize_entries_dropping_the_oldest():
   assert list(cache) == [3, 4, 5]
 
 
+@pytest.mark.slow
 def test_a_transform_cache_stays_bounded():
   """A shard_map called with many signatures keeps at most maxsize plans."""
   m = mesh((2,), ("x",))

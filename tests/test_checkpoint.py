@@ -106,6 +106,7 @@ def test_round_trip_keeps_values_and_shardings(tmp_path):
   assert sorted(os.listdir(tmp_path / "c")) == ["CURRENT", "v00000001"]
 
 
+@pytest.mark.slow
 def test_restore_eight_devices_onto_one_and_onto_a_2d_mesh(tmp_path):
   states = make_states(mesh(8))
   before = {k: host(s) for k, s in states.items()}
@@ -241,6 +242,7 @@ def test_resume_in_a_fresh_process_is_bit_identical(tmp_path):
     np.testing.assert_array_equal(got[name], want[name], err_msg=name)
 
 
+@pytest.mark.slow
 def test_random_state_round_trip_gives_the_same_next_draws(tmp_path):
   rng = bs.RandomState(11, "rng")
   rng.normal(size=3)
@@ -572,6 +574,7 @@ def test_inside_a_transform_is_an_error(tmp_path):
   assert not (tmp_path / "c").exists()
 
 
+@pytest.mark.slow
 def test_docs_examples_run(monkeypatch):
   import re
   text = (ROOT / "docs" / "checkpointing.md").read_text()

@@ -11,6 +11,7 @@ import pytest
 from brainshard import models as bm
 
 
+@pytest.mark.slow
 def test_table_rows_are_mesh_independent_and_split_by_receptor():
   """A shard's rows are the same rows of the whole table; the first
   round(0.8 k) slots are excitatory, the rest inhibitory."""
@@ -47,6 +48,7 @@ def test_event_delivery_counts_every_spike_at_every_branch(n):
     np.testing.assert_array_equal(inh, hit[:, 16:].sum(1), str(fired_count))
 
 
+@pytest.mark.slow
 def test_pull_counts_match_the_table_on_a_slice_of_rows():
   """On-the-fly delivery for a shard's rows counts the fired partners of
   exactly those rows."""
@@ -62,6 +64,7 @@ def test_pull_counts_match_the_table_on_a_slice_of_rows():
   np.testing.assert_array_equal(inh, hit[:, 16:].sum(1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", [4, 64, 300, 2000])
 def test_unsorted_fired_ids_are_the_sorted_ones_in_some_order(size):
   n = 2000

@@ -13,6 +13,7 @@ def _mesh(n):
   return jax.make_mesh((n,), ("x",), devices=jax.devices()[:n])
 
 
+@pytest.mark.slow
 def test_stored_index_holds_the_fixed_in_degree_table_on_any_mesh():
   """Every neuron has exactly k partners (0.8 k excitatory), and each
   shard's push index lists exactly the hash table's synapses."""

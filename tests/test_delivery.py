@@ -74,6 +74,7 @@ def test_first_fired_caps_and_pads():
 
 # -- the scatter into the ring buffer -------------------------------------------
 
+@pytest.mark.slow
 def test_deliver_matches_numpy_bit_for_bit():
   """Random spikes, few search sizes (so several passes and every branch
   run): the buffer equals the NumPy one exactly, sums in the same order."""
@@ -213,7 +214,7 @@ def test_network_matches_numpy_reference():
 
 
 @pytest.mark.slow
-def test_bit_identical_on_1_2_4_8_devices_and_per_min_delay():
+def test_bit_identical_on_1_2_8_devices_and_per_min_delay():
   """Same spikes and the same synaptic currents, bit for bit, on every mesh,
   exchanging every step or every min-delay (2) steps.
 
@@ -228,7 +229,9 @@ def test_bit_identical_on_1_2_4_8_devices_and_per_min_delay():
   steps = 200
   want = Net(syn, layout, drive, v0, devices=1).run(steps)
   assert want[0].sum() > 50
-  for devices, every in ((2, 1), (4, 1), (8, 1), (1, 2), (4, 2), (8, 2)):
+  # 2 and 8 shards bracket the meshes (4 shards run in the Auto-mesh and
+  # min-delay-of-three tests below): per step and per min delay.
+  for devices, every in ((2, 1), (8, 1), (1, 2), (8, 2)):
     got = Net(syn, layout, drive, v0, devices=devices, every=every).run(steps)
     what = f"{devices} devices, every {every}"
     np.testing.assert_array_equal(got[0], want[0], err_msg=what)

@@ -47,12 +47,14 @@ def _anchors(site: pathlib.Path) -> dict[str, str]:
   return found
 
 
+@pytest.mark.slow
 def test_strict_build_writes_every_page(site):
   for page in ["index.html", "api/index.html", "api/core/index.html",
                "migrating-from-brainstate/index.html", "benchmarks/index.html"]:
     assert (site / page).exists(), page
 
 
+@pytest.mark.slow  # with the site build (module fixture)
 def test_every_public_name_is_in_the_api_reference(site):
   anchors = _anchors(site)
   missing = [n for n in bs.__all__ if f"brainshard.{n}" not in anchors]
@@ -80,11 +82,13 @@ def test_docstring_examples_render_as_code():
       "Does x.\n\n  Examples:\n    >>> 1\n    1\n\n  See ``jit``.")
 
 
+@pytest.mark.slow  # with the site build (module fixture)
 def test_notebook_page_shows_the_raster(site):
   html = (site / "cuba_notebook" / "index.html").read_text()
   assert "data:image/png" in html  # committed outputs, not executed here
 
 
+@pytest.mark.slow
 def test_entry_page_code_runs(capsys):
   """The Python blocks of docs/index.md, in order, on the faked devices."""
   text = (ROOT / "docs" / "index.md").read_text()

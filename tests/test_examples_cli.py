@@ -3,6 +3,7 @@
 packages a run needs), every option has help text, and no example or
 benchmark edits ``sys.path``."""
 
+import json
 import pathlib
 import re
 import subprocess
@@ -43,16 +44,47 @@ def test_every_example_module_is_listed():
   assert found == set(EXAMPLES)
 
 
-@pytest.mark.parametrize("name", EXAMPLES)
-def test_help_works_and_documents_every_option(name):
-  proc = _run("-m", f"examples.{name}", "--help")
+# Runs every example's ``--help`` as ``python -m`` does (runpy, as
+# ``__main__``), one after the other in one fresh process: one JAX start-up
+# for all of them instead of one each.
+_HELP_ALL = '''
+import contextlib, io, json, runpy, sys, traceback
+pages = {}
+for name in sys.argv[1:]:
+  out, err, code = io.StringIO(), io.StringIO(), 0
+  sys.argv = [name, "--help"]
+  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    try:
+      runpy.run_module("examples." + name, run_name="__main__", alter_sys=True)
+    except SystemExit as exit_:
+      code = exit_.code or 0
+    except BaseException:
+      code = 1
+      traceback.print_exc()
+  pages[name] = [code, out.getvalue(), err.getvalue()]
+print(json.dumps(pages))
+'''
+
+
+@pytest.fixture(scope="module")
+def help_pages():
+  proc = _run("-c", _HELP_ALL, *EXAMPLES)
   assert proc.returncode == 0, proc.stderr
-  assert proc.stdout.startswith(f"usage: python -m examples.{name}")
-  assert _options_without_help(proc.stdout) == []
-  if "--duration" in proc.stdout:  # one unit everywhere
-    assert "seconds" in proc.stdout
+  return json.loads(proc.stdout.splitlines()[-1])
 
 
+@pytest.mark.slow  # one process: about 1.5 s for all nine
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_help_works_and_documents_every_option(name, help_pages):
+  code, stdout, stderr = help_pages[name]
+  assert code == 0, stderr
+  assert stdout.startswith(f"usage: python -m examples.{name}")
+  assert _options_without_help(stdout) == []
+  if "--duration" in stdout:  # one unit everywhere
+    assert "seconds" in stdout
+
+
+@pytest.mark.slow
 def test_brainstate_example_without_brainstate_says_what_to_install():
   code = ("import sys, runpy; sys.modules['brainstate'] = None; "
           "sys.argv = ['ei_brainstate'] + sys.argv[1:]; "

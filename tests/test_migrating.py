@@ -32,6 +32,7 @@ def port():
   return ei_brainshard.simulate(STEPS)
 
 
+@pytest.mark.slow
 def test_port_gives_the_brainstate_numbers(port):
   _brainstate()
   from examples import ei_brainstate
@@ -43,6 +44,7 @@ def test_port_gives_the_brainstate_numbers(port):
   np.testing.assert_allclose(v, v_bst, rtol=0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_sharded_port_gives_the_same_spikes(port):
   mesh = jax.make_mesh((8,), ("x",))
   spikes8, v8 = ei_brainshard.simulate(STEPS, mesh=mesh)
@@ -51,6 +53,7 @@ def test_sharded_port_gives_the_same_spikes(port):
   np.testing.assert_allclose(v8, v, rtol=0, atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, kwargs", [
     ("normal", dict(size=(3,))), ("uniform", dict(size=(3,))),
     ("randint", dict(low=0, high=10, size=(4,))),

@@ -25,6 +25,7 @@ def _random_net(n=40, seed=0):
   return v, step
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunk", [45, 7, 200])
 def test_spike_events_across_unaligned_chunks(chunk):
   """Chunks that start inside a 32-step word share it with the previous
@@ -41,6 +42,7 @@ def test_spike_events_across_unaligned_chunks(chunk):
   np.testing.assert_array_equal(res.r.counts, raster.sum(1))
 
 
+@pytest.mark.slow
 def test_compaction_per_shard_finds_every_word():
   mesh = jax.make_mesh((4,), ("x",))
   rng = np.random.default_rng(1)
@@ -58,6 +60,7 @@ def test_compaction_per_shard_finds_every_word():
     _spikes.decode(_spikes.compact(buf, capacity=1), 0, 160, 0)
 
 
+@pytest.mark.slow
 def test_state_monitor_of_a_pytree_every_three_steps(tmp_path):
   v, step = _random_net()
 
@@ -175,6 +178,7 @@ def _steady_spiker(n=8):
   return v, step
 
 
+@pytest.mark.slow
 def test_capacity_counts_spikes_not_words():
   # 32 steps of neuron 0: 32 spikes, all in one 32-step word.
   v, step = _steady_spiker()

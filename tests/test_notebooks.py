@@ -45,6 +45,7 @@ def test_cuba_notebook_outside_the_repository_fails_fast(tmp_path):
   assert "set BRAINSHARD_REPO" in proc.stderr
 
 
+@pytest.mark.slow
 def test_cuba_notebook_finds_the_repository_from_brainshard_repo(tmp_path):
   import subprocess
   import sys

@@ -75,6 +75,7 @@ def test_get_states_compile_if_miss():
     sf.get_states(jnp.ones(3), compile_if_miss=False)  # another signature
 
 
+@pytest.mark.slow
 def test_state_copy_and_replace():
   spec = jax.sharding.PartitionSpec("x")
   p = bs.ParamState(jnp.arange(4.0), name="p", spec=spec)
@@ -105,6 +106,7 @@ def _grade_ref(a):
   return jnp.select([a > 5, a > 0], [2.0 * a, a], -a)
 
 
+@pytest.mark.slow
 def test_ifelse_first_true_wins_and_matches_select():
   hits = bs.State(jnp.zeros(3, jnp.int32), name="hits")
 

@@ -120,6 +120,7 @@ def test_placed_states_run_in_shard_map_without_moving_again(mesh):
 N = 2048  # an N x 256 float32 state is 2 MiB; each of 8 devices holds 256 KiB
 
 
+@pytest.mark.slow
 def test_sharded_init_creates_each_shard_in_place(mesh):
   rules = {"neuron": "x"}
   init = bs.sharded_init(
@@ -145,6 +146,7 @@ def test_sharded_init_creates_each_shard_in_place(mesh):
     assert stats.output_size_in_bytes + stats.temp_size_in_bytes < whole
 
 
+@pytest.mark.slow
 def test_sharded_init_decorator_objects_static_args_and_extras(mesh):
   class Net:
     def __init__(self, key, n):

@@ -70,14 +70,22 @@ def test_split_spikes_and_rates():
                                                1 / (3 * 1e-4), 0])
 
 
+@pytest.fixture(scope="module")
+def plain_spikes():
+  """The plain run the Runner tests compare with: seed 3, 120 steps on one
+  device (computed once for the module)."""
+  syn, layout, drive, v0 = small_network(seed=3)
+  return Net(syn, layout, drive, v0, devices=1).run(120)[0]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("devices", [1, 4])
-def test_runner_records_per_population(devices):
+def test_runner_records_per_population(devices, plain_spikes):
   """A Runner over a Delivery step: its spikes are those of a plain run,
   split by population; device-side counts equal the host-side rates."""
   syn, layout, drive, v0 = small_network(seed=3)
   steps = 120
-  want = Net(syn, layout, drive, v0, devices=1).run(steps)[0]
+  want = plain_spikes
   net = Net(syn, layout, drive, v0, devices=devices)
   lay = net.layout
   mesh = net.delivery.mesh
@@ -102,11 +110,11 @@ def test_runner_records_per_population(devices):
 
 
 @pytest.mark.slow
-def test_runner_with_an_exchange_every_two_steps():
+def test_runner_with_an_exchange_every_two_steps(plain_spikes):
   """A Runner over a 2-steps-per-call Delivery step (dt = 2 steps) records
   the spikes of the plain run once unblocked."""
   syn, layout, drive, v0 = small_network(seed=3)
-  want = Net(syn, layout, drive, v0, devices=1).run(120)[0]
+  want = plain_spikes
   net = Net(syn, layout, drive, v0, devices=4, every=2)
   runner = bs.Runner(net.step, {"spikes": bs.SpikeMonitor(block_spikes)},
                      dt=0.2, chunk=20, progress=False)

@@ -37,6 +37,7 @@ def pure_loss(w, xs):
   return ys.sum(), vf
 
 
+@pytest.mark.slow
 def test_grad_through_remat_equals_grad_through_step():
   w, v, xs, step = make()
   plain = bs.grad(lambda: step(xs[0]) + step(xs[1]), grad_states=w)
@@ -53,6 +54,7 @@ def test_grad_through_remat_equals_grad_through_step():
   allclose(g_remat, ref)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", [None, jax.checkpoint_policies.nothing_saveable])
 def test_remat_inside_for_loop_under_grad(policy):
   w, v, xs, step = make()
@@ -75,6 +77,7 @@ def test_remat_inside_for_loop_under_grad(policy):
   assert "remat" in text and "remat" not in plain
 
 
+@pytest.mark.slow
 def test_eager_remat_writes_states_and_caches():
   w, v, xs, step = make()
   runs = []

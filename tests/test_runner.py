@@ -147,6 +147,7 @@ def compile_log():
     logging.getLogger("jax").removeHandler(handler)
 
 
+@pytest.mark.slow
 def test_a_run_compiles_at_most_two_chunk_programs():
   v, step, _ = make_net()
   runner = bs.Runner(step, monitors(v), chunk=32, progress=False)
@@ -203,6 +204,7 @@ def test_sigint_can_raise_instead():
                                 reference(runner.step_count)[0])
 
 
+@pytest.mark.slow
 def test_overflow_grows_the_buffer_and_loses_nothing():
   v, step, _ = make_net()
   runner = bs.Runner(step, {"spikes": bs.SpikeMonitor(capacity=1)},
@@ -227,6 +229,7 @@ def test_overflow_can_raise_and_leaves_states_and_records_consistent():
   assert runner.step_count == 0 and len(runner.result.spikes) == 0
 
 
+@pytest.mark.slow
 def test_records_stream_to_disk(tmp_path):
   v, step, _ = make_net()
   res = bs.Runner(step, monitors(v), chunk=64, progress=False,
@@ -283,6 +286,7 @@ def test_runner_shows_one_bar(capsys):
   assert "lif net" in err and "200/200" in err and "sim/s" in err
 
 
+@pytest.mark.slow
 def test_plots_draw_what_was_recorded():
   pytest.importorskip("matplotlib")
   import matplotlib
@@ -318,6 +322,7 @@ def _fake_checkpoints(monkeypatch):
   return saved
 
 
+@pytest.mark.slow
 def test_checkpoint_hook_calls_save_and_restore(monkeypatch, tmp_path):
   saved = _fake_checkpoints(monkeypatch)
   v, step, _ = make_net()
@@ -375,6 +380,7 @@ def test_runner_doc_examples_run(monkeypatch, capsys):
   plt.close("all")
 
 
+@pytest.mark.slow
 def test_a_second_sigint_raises_with_states_and_records_consistent():
   """Ctrl-C twice while a chunk's records are being copied: the run stops
   at once, with the States and records of the chunks recorded before."""
@@ -396,6 +402,7 @@ def test_a_second_sigint_raises_with_states_and_records_consistent():
   assert_matches_reference(runner.result, v, 64, noise=True, rng=rng)
 
 
+@pytest.mark.slow
 def test_step_with_the_global_step_index():
   """index=True: step(i) gets the global step index, across chunks."""
   v = bs.State(jnp.zeros(8), name="v")
@@ -428,6 +435,7 @@ def _press_twice_during_dispatch(runner, chunks):
   runner.recorder.dispatch = dispatch_and_press
 
 
+@pytest.mark.slow
 def test_a_second_sigint_during_dispatch_rolls_the_states_back():
   v, step, rng = make_net(noise=True)
   runner = bs.Runner(step, monitors(v), chunk=32, progress=False)
@@ -604,6 +612,7 @@ def counter_net(mesh=None):
   return v, table, count, step, traces
 
 
+@pytest.mark.slow
 def test_a_continued_run_compiles_and_traces_nothing(axis_type):
   """States made from plain arrays are placed by the first chunk and stay:
   the second run compiles nothing and runs no Python; numbers equal the

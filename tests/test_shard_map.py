@@ -279,6 +279,7 @@ def mesh_2d(axis_type):
   return jax.make_mesh((2, 4), ("x", "y"), axis_types=(axis_type,) * 2)
 
 
+@pytest.mark.slow
 def test_partial_manual_matches_unsharded(axis_type):
   mesh = mesh_2d(axis_type)
   w0 = np.asarray(jax.random.normal(jax.random.key(0), (8, 16)))
@@ -364,6 +365,7 @@ def test_eager_first_call_runs_the_body_once_and_compiles_once():
 # -- a later trace runs the body again (review of the body-once change) -------------
 
 
+@pytest.mark.slow
 def test_a_new_trace_sees_changed_globals_and_traced_closures():
   from _util import mesh as cached_mesh
   m = cached_mesh((4,), ("x",), jax.sharding.AxisType.Auto)  # eager jax.grad
@@ -390,6 +392,7 @@ def test_a_new_trace_sees_changed_globals_and_traced_closures():
   assert float(bs.jit(lambda x: g(x))(jnp.ones(8))) == 56.0
 
 
+@pytest.mark.slow
 def test_vmap_of_an_already_called_shard_map_draws_per_member():
   from _util import mesh as cached_mesh
   m = cached_mesh((4,), ("x",))

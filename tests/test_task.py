@@ -1,5 +1,6 @@
 """Sub-mesh tasks (MPMD): bs.task, bs.split_mesh, bs.check_disjoint."""
 
+import os
 import warnings
 
 import jax
@@ -58,6 +59,7 @@ def heavy_tasks():
   return [(t, jax.device_put(x, NamedSharding(t.mesh, P()))) for t in (ta, tb)]
 
 
+@pytest.mark.slow
 def test_task_loop_never_waits_for_devices_nor_goes_through_the_host():
   (ta, xa), (tb, xb) = heavy_tasks()
   jax.block_until_ready((ta(xa), tb(xb)))  # compiled
@@ -98,12 +100,20 @@ def test_tasks_on_disjoint_devices_run_at_the_same_time():
   # machine one attempt may find one. Any attempt that overlaps shows the
   # tasks were dispatched together (stop at the first); a serialising
   # dispatcher would never overlap, however often it is tried.
-  while len(fractions) < 10 and max(fractions, default=0.0) <= 0.25:
+  # Loaded hosts get up to 20 attempts; the verdict is only given when the
+  # host had its two cores free at some point (load below its core count),
+  # since no dispatcher can overlap work on cores it does not get.
+  quiet = False
+  while len(fractions) < 20 and max(fractions, default=0.0) <= 0.25:
+    quiet = quiet or os.getloadavg()[0] < (os.cpu_count() or 1)
     busy = _trace.device_intervals(
         lambda: jax.block_until_ready([t(xi) for t, xi in runs]))
     if not busy:
       pytest.skip(f"jax {jax.__version__}'s trace has no per-device runs")
     fractions.append(_trace.overlap_fraction(busy, *ids))
+  if max(fractions) <= 0.25 and not quiet:
+    pytest.skip(f"host loaded throughout (load {os.getloadavg()[0]:.1f} on "
+                f"{os.cpu_count()} cores): no two free cores to overlap on")
   assert max(fractions) > 0.25, (fractions, busy)
 
 

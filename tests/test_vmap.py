@@ -46,6 +46,7 @@ def pure_run(V, tau, W, Is, in_axes=(0, 0, None, None)):
   return V, outs
 
 
+@pytest.mark.slow
 def test_ensemble_eager_matches_pure_vmap_and_does_not_retrace():
   net = Ensemble()
   I = jnp.arange(N, dtype=jnp.float32)
@@ -278,6 +279,7 @@ def test_nested_vmap():
   close(out, V.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("devices", [2, 8])
 def test_ensemble_sharded_with_shard_map_matches_unsharded(devices):
   b = 16
@@ -308,6 +310,7 @@ def test_ensemble_sharded_with_shard_map_matches_unsharded(devices):
 # -- random numbers -----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_members_draw_independent_reproducible_numbers():
   rng = bs.RandomState(3, name="rng")
   V = bs.State(jnp.zeros((4, 2)), name="V")
@@ -333,6 +336,7 @@ def test_members_draw_independent_reproducible_numbers():
   close(f(), a)  # reproducible from the seed
 
 
+@pytest.mark.slow
 def test_explicitly_batched_keys():
   keys = jax.random.split(jax.random.key(0), 4)
   rng = bs.RandomState(0, name="rng")
@@ -352,6 +356,7 @@ def test_explicitly_batched_keys():
   assert (jax.random.key_data(rng.value) == jax.random.key_data(new_keys)).all()
 
 
+@pytest.mark.slow
 def test_random_draws_sharded_ensemble_equal_unsharded():
   mesh = cached_mesh((8,), ("x",))
   rng = bs.RandomState(0, name="rng")
@@ -371,6 +376,7 @@ def test_random_draws_sharded_ensemble_equal_unsharded():
   assert len({tuple(np.asarray(r)) for r in a}) == 16
 
 
+@pytest.mark.slow
 def test_write_only_states_give_the_batch_size_and_kwargs_are_batched():
   V = bs.State(jnp.zeros((4, 2)), name="V")
   rng = bs.RandomState(1, name="rng")
@@ -437,6 +443,7 @@ def test_docs_ensemble_demos_run(capsys):
       v, np.asarray(tau.value)), tol=1e-5)
 
 
+@pytest.mark.slow
 def test_jax_grad_around_a_reading_vmap_and_cond_inside_members():
   W = bs.State(jnp.array([1.0, 2.0, 3.0]), name="W")
   g = jax.grad(lambda x: bs.vmap(lambda xi: (W.value * xi).sum())(x).sum())
@@ -456,6 +463,7 @@ def test_jax_grad_around_a_reading_vmap_and_cond_inside_members():
   np.testing.assert_array_equal(n.value, [1, 0, 1, 0])
 
 
+@pytest.mark.slow
 def test_states_sharded_along_the_batch_axis_at_top_level(axis_type):
   # An ensemble laid out over a 2-D mesh (members over 'x', neurons over
   # 'y'), stepped by bs.vmap without shard_map: the compiler shards it.
@@ -474,6 +482,7 @@ def test_states_sharded_along_the_batch_axis_at_top_level(axis_type):
   assert net.V.value.sharding.spec[0] == "x"
 
 
+@pytest.mark.slow
 def test_random_draws_in_a_loop_inside_members_match_hand_written():
   rng = bs.RandomState(0, name="rng")
   V = bs.State(jnp.zeros((4, 2)), name="V")
