@@ -116,7 +116,9 @@ def test_timings_come_from_the_generated_benchmarks_page():
   --docs` writes; other pages link to it instead of typing numbers."""
   # scale.md quotes, verbatim and naming the run and machine, the tables
   # `python -m benchmarks --scale` and `benchmarks.bench_brian2` write.
-  generated = {"benchmarks.md", "scale.md"}
+  # microcircuit.md reports one stated full-scale run of a stated command on
+  # a stated machine, beside NEST's published rates (issue 22 asks for it).
+  generated = {"benchmarks.md", "scale.md", "microcircuit.md"}
   pages = [p for p in sorted((ROOT / "docs").glob("*.md"))
            if p.name not in generated] + [ROOT / "README.md"]
   typed = [f"{p.name}: {m.group(0)!r}" for p in pages
