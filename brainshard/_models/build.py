@@ -59,6 +59,11 @@ class Group:
   floats: tuple
   arrays: int = -1
 
+  @property
+  def pre_range(self) -> int:
+    """The most presynaptic ids any member draws from (static)."""
+    return max(max(r[2] - r[1] for r in self.ints), 1)
+
 
 def groups(specs: Sequence[Spec]) -> list[Group]:
   """``specs`` grouped (in order of first appearance); a TotalPlan group's
@@ -141,10 +146,44 @@ def count_pass(specs: Sequence[Spec], *, seed: int, axis: str, n_local: int,
   return run
 
 
-def _rank(pre):
+def _sort_order(rel, n_bits):
+  """The stable order of ``rel`` (non-negative int32 ``[N]``, below
+  ``2**n_bits``): an LSD radix over single-operand uint32 sorts of keys
+  ``digit << b | position`` (``b`` bits hold a position). XLA:CPU sorts one
+  operand with a plain comparison about 8x faster than it sorts two (an
+  argsort's keys and iota); the keys are distinct, so no sort need be
+  stable, and each pass keeps the previous passes' order among equal
+  digits. One pass when ``n_bits + b <= 32`` (e.g. a population below 65,536
+  neurons in a chunk of 65,536)."""
+  n = rel.shape[0]
+  b = max(1, (n - 1).bit_length())
+  if b >= 32:
+    raise ValueError(f"a chunk of {n} synapses is too large to rank")
+  digit_bits = 32 - b
+  mask = jnp.uint32((1 << b) - 1)
+  pos = jnp.arange(n, dtype=jnp.uint32)
+  rel = rel.astype(jnp.uint32)
+  order = None
+  for shift in range(0, max(n_bits, 1), digit_bits):
+    digit = (rel >> shift) & jnp.uint32((1 << digit_bits) - 1)
+    if order is not None:
+      digit = digit[order]
+    # The keys are distinct: any sort is stable; XLA:CPU's merge sort
+    # (is_stable=True) measured faster than its default one.
+    keys = jax.lax.sort(jnp.left_shift(digit, b) | pos, is_stable=True)
+    step = (keys & mask).astype(jnp.int32)
+    order = step if order is None else order[step]
+  return order
+
+
+def _rank(pre, first, n_range):
   """Sorts the chunk by ``pre`` (stable) and gives each entry's place among
-  the equal ones before it: ``(order, sorted pre, rank)``."""
-  order = jnp.argsort(pre, stable=True)
+  the equal ones before it: ``(order, sorted pre, rank)``. Kept entries
+  have ``pre`` in ``[first, first + n_range)`` (``n_range`` static); the
+  others (``pre = n_pre``) sort last."""
+  rel = jnp.where((pre >= first) & (pre < first + n_range), pre - first,
+                  n_range)
+  order = _sort_order(rel, int(n_range).bit_length())
   sp = pre[order]
   idx = jnp.arange(sp.shape[0], dtype=jnp.int32)
   head = jnp.concatenate([jnp.ones(1, bool), sp[1:] != sp[:-1]])
@@ -171,7 +210,7 @@ def _write(out, m, i, indptr, lo, hi, n_pre, capacity, group):
   post_a, w_a, d_a, r_a, fill, dmin, dmax = out
   keys, pre, post, ok = _local(m, i, lo, hi, n_pre)
   w, d = _values(group, m, i, keys)
-  order, sp, rank = _rank(pre.ravel())
+  order, sp, rank = _rank(pre.ravel(), m["ints"][1], group.pre_range)
   j = jnp.minimum(sp, n_pre - 1)
   pos = jnp.where(sp < n_pre, indptr[j] + fill[j] + rank, capacity)
   put = lambda a, v: a.at[pos].set(v.ravel()[order], mode="drop")
