@@ -6,8 +6,9 @@ Pass 2 (``fill_pass``) regenerates the same draws chunk by chunk, with
 weights and delays, and writes each synapse in place at ``cursor[pre] +
 rank`` (``cursor``: the next free slot of ``pre``, ``indptr[pre]`` plus its
 synapses already written; ``rank``: its place among the chunk's synapses
-of the same ``pre``, from a sort of the chunk only). Projections that differ only in numbers (ranges, counts,
-distribution parameters) share one compiled loop (a :class:`Group`);
+of the same ``pre``, from a sort of the chunk only). Projections that
+differ only in numbers (ranges, counts, distribution parameters) share one
+compiled loop (a :class:`Group`);
 chunks go in group order, then projection order, then unit order, so the
 synapses of one ``pre`` keep a device-independent order. No sort over all
 synapses: the index is the only array of its size.
@@ -150,7 +151,7 @@ def _sort_order(rel, n_bits):
   """The stable order of ``rel`` (non-negative int32 ``[N]``, below
   ``2**n_bits``): an LSD radix over single-operand uint32 sorts of keys
   ``digit << b | position`` (``b`` bits hold a position). XLA:CPU sorts one
-  operand with a plain comparison about 8x faster than it sorts two (an
+  operand with a plain comparison 6-8x faster than it sorts two (an
   argsort's keys and iota); the keys are distinct, so no sort need be
   stable, and each pass keeps the previous passes' order among equal
   digits. One pass when ``n_bits + b <= 32`` (e.g. a population below 65,536
