@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import ctypes
 import math
 from typing import Any, Sequence
 
@@ -30,6 +31,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from brainshard._scaleout.multihost import gather
+from brainshard._transforms.jit import jit
 from brainshard._transforms.shard_map import shard_map
 from brainshard._models.build import Spec, count_pass, fill_pass
 from brainshard._models.distributions import with_lower
@@ -195,10 +197,12 @@ def connect(projections: Sequence[Projection], layout: Layout, *, dt: float,
       in_specs=rep, out_specs=P(axis))(*args)
   count_h, degree_h = jax.device_get((count, degree))  # 2S scalars
   capacity = max(1, int(count_h.max()))
-  fill = fill_pass(specs, capacity=capacity, dt=float(dt), **kw)
-  post, weight, delay, receptor, dmin, dmax = shard_map(
-      _with_none(fill, arrays, first=1), mesh=mesh,
-      in_specs=(P(axis),) + rep, out_specs=P(axis))(indptr, *args)
+  fill = jit(shard_map(
+      _with_none(fill_pass(specs, capacity=capacity, dt=float(dt), **kw),
+                 arrays, first=1), mesh=mesh,
+      in_specs=(P(axis),) + rep, out_specs=P(axis))).compile(indptr, *args)
+  _release_freed_heap()  # the compiler's freed pages, before the index
+  post, weight, delay, receptor, dmin, dmax = fill(indptr, *args)
   dmin = np.asarray(dmin).reshape(S, -1).min(0) if specs else np.ones(1)
   dmax = np.asarray(dmax).reshape(S, -1).max(0) if specs else np.ones(1)
   for label, lo_d in zip(labels, dmin):
@@ -213,6 +217,19 @@ def connect(projections: Sequence[Projection], layout: Layout, *, dt: float,
       min_delay=int(dmin[used].min()) if used.any() else 1,
       max_delay=int(dmax[used].max()) if used.any() else 1,
       n_receptors=n_receptors, max_degree=int(degree_h.max()))
+
+
+def _release_freed_heap() -> None:
+  """Returns the C heap's free pages to the OS (glibc ``malloc_trim``).
+
+  Compiling a pass allocates and frees ~100-200 MB on the host; glibc keeps
+  those pages mapped, and the index (allocated next, in fresh mappings)
+  would sit on top of them: the process's peak would be compilation plus
+  index instead of the larger of the two. No-op where there is no glibc."""
+  try:
+    ctypes.CDLL(None).malloc_trim(0)
+  except (OSError, AttributeError):
+    pass
 
 
 def _with_none(fun, arrays, first=0):
