@@ -23,7 +23,7 @@ FLOOR = {
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)
+@pytest.mark.timeout(3900)
 @pytest.mark.parametrize("area", list(run.AREAS))
 def test_brainstate_suite_does_not_regress(area):
   # Opt-in: all areas take 15-20 minutes on 2 cores, more than the whole
