@@ -87,6 +87,7 @@ def test_orthogonal_matrices_are_orthogonal_and_haar_signed():
   assert abs(q[:, 0, 0].mean()) < 0.15
 
 
+@pytest.mark.slow
 def test_shapes_dtypes_lists_and_aliases():
   bs.random.seed(0)
   assert R.wald([2.0, 0.5], 2.0).shape == (2,)            # a Python list
@@ -103,6 +104,7 @@ def test_shapes_dtypes_lists_and_aliases():
   np.testing.assert_array_equal(R.sample((4,), key=KEY), ref)
 
 
+@pytest.mark.slow
 def test_methods_match_functions_and_key_advances():
   a, b = bs.RandomState(5), bs.RandomState(5)
   for name, args in [("f", (2.0, 3.0, 4)), ("zipf", (2.0, 4)), ("t", (3.0, 4)),
@@ -130,6 +132,7 @@ def test_concretely_invalid_parameters_raise_and_leave_the_key(call):
       jax.random.key_data(bs.random.default_state().value), before)
 
 
+@pytest.mark.slow
 def test_check_valid_false_and_traced_parameters_do_not_raise():
   assert R.power(0.0, 3, check_valid=False).shape == (3,)
   out = bs.jit(lambda a: R.zipf(a, 3))(jnp.float32(0.5))   # cannot raise
@@ -170,6 +173,7 @@ def test_one_and_eight_devices_draw_the_same_numbers():
 # numpy's and brainstate's conventions on the older samplers
 
 
+@pytest.mark.slow
 def test_list_and_tuple_parameters_are_arrays():
   key = jax.random.key(1)
   x = R.uniform([0.0, 2.0], [1.0, 4.0], key=key)
@@ -198,6 +202,7 @@ def test_older_samplers_refuse_concretely_invalid_parameters(call):
     call()
 
 
+@pytest.mark.slow
 def test_check_valid_false_skips_the_checks():
   assert R.bernoulli(1.5, 3, check_valid=False).shape == (3,)
   assert R.chisquare(0.0, 2, check_valid=False).shape == (2,)
