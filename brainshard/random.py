@@ -51,6 +51,10 @@ from brainshard._simulation.random_discrete import (
     binomial, categorical, choice, geometric, hypergeometric, multinomial,
     negative_binomial, permutation, rand, rand_like, randint_like, randn,
     randn_like, random, random_sample, shuffle)
+from brainshard._simulation.random_extra_api import (
+    f, loggamma, logseries, maxwell, noncentral_chisquare, noncentral_f,
+    orthogonal, power, random_integers, ranf, rayleigh, sample, t,
+    triangular, vonmises, wald, weibull_min, zipf)
 
 __all__ = [
     "RandomState", "default_state", "seed", "split_key", "normal", "uniform",
@@ -63,5 +67,9 @@ __all__ = [
     "standard_exponential", "standard_gamma", "standard_cauchy",
     "standard_t", "multivariate_normal", "dirichlet", "geometric",
     "negative_binomial", "hypergeometric", "rand_like", "randn_like",
-    "randint_like",
+    "randint_like", "f", "noncentral_chisquare", "noncentral_f", "power",
+    "rayleigh", "triangular", "wald", "logseries", "zipf", "vonmises",
+    "random_integers", "ranf", "sample",
+    # brainstate's names beyond numpy.random
+    "t", "maxwell", "loggamma", "weibull_min", "orthogonal",
 ]

@@ -169,7 +169,12 @@ def test_parameters_broadcast_without_size_and_dtypes():
   assert R.randn_like(like, key=key).shape == (2, 3)
   r = R.randint_like(jnp.zeros((500,), jnp.int16), 3, 6, key=key)
   assert r.dtype == jnp.int16 and set(np.unique(r).tolist()) == {3, 4, 5}
-  assert R.randint_like(jnp.zeros(4), 5, key=key).dtype == jnp.int32
+  # a float template keeps its dtype (brainstate's), the values integers
+  f = R.randint_like(jnp.zeros(4), 5, key=key)
+  assert f.dtype == jnp.float32 and (np.asarray(f) == np.round(f)).all()
+  # without bounds: brainstate's [0, max(input))
+  m = np.asarray(R.randint_like(jnp.array([[3, 7], [2, 9]]), key=key))
+  assert m.dtype == np.int32 and m.min() >= 0 and m.max() < 9
 
 
 def test_hypergeometric_with_array_parameters_is_exact_at_the_edges():
@@ -189,8 +194,12 @@ def test_methods_match_functions():
   rng = bs.RandomState(9)
   np.testing.assert_array_equal(rng.gamma(2.0, size=4),
                                 R.gamma(2.0, size=4, key=bs.RandomState(9)))
-  with pytest.raises(TypeError, match="key= is the state itself"):
-    rng.beta(1.0, 1.0, key=jax.random.key(0))
+  # key= draws from that key and leaves the state alone (brainstate's)
+  before = np.asarray(jax.random.key_data(rng.value))
+  k = jax.random.key(0)
+  np.testing.assert_array_equal(rng.beta(1.0, 1.0, key=k),
+                                R.beta(1.0, 1.0, key=k))
+  np.testing.assert_array_equal(jax.random.key_data(rng.value), before)
 
 
 def test_seed_without_argument_is_fresh():

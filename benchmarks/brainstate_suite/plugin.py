@@ -42,6 +42,10 @@ PRIVATE = {
     r"from brainstate[\w.]*\._\w+ import": "imports brainstate internals",
     r"\b(backup|restore)_key\b|\.clone\(\)|\bself_assign_multi_keys\b": _RNG,
     r"\bcheck_if_deleted\b": _RNG,
+    # the random tests' pokes at brainstate's internals, and their units case
+    r"\b_numpy_keys\b": _RNG,
+    r"\brs\._value\s*=": _STATE,
+    r"\(u\.mV \*\* 2\)": "brainunit quantities (brainshard has no units)",
     r"\)\.init\(|\btqdm_bars\b|\b_(update|close)_tqdm\b|\brunner\.remainder\b": _PBAR,
 }
 _PRIVATE_RES = [(re.compile(k), v) for k, v in PRIVATE.items()]

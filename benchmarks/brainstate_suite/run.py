@@ -66,7 +66,7 @@ def _outcomes(xml_path):
   return count
 
 
-def run_area(package, files, *, timeout=1500, run_slow=False):
+def run_area(package, files, *, timeout=3600, run_slow=False):
   """Run ``files`` (relative to brainstate's ``package`` folder): a Count."""
   with tempfile.TemporaryDirectory(prefix="bs_suite_") as tmp:
     for rel in files:

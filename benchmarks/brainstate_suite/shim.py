@@ -120,11 +120,13 @@ TRANSFORM["checkpoint"] = lambda: _bs().remat
 # "none" row); every other public name is numpy.random's surface, claimed.
 RANDOM_UNCLAIMED = {
     "seed_context", "clone_rng", "restore_key", "self_assign_multi_keys",
-    "get_key", "set_key", "split_keys", "DEFAULT",
+    "get_key", "set_key", "DEFAULT",
 }
 RANDOM = {
     "RandomState": lambda: _bs().RandomState,
     "split_key": lambda: _bs().random.split_key,
+    # the guide: split_key(n), split_keys(n) -> bs.random.split_key(n)
+    "split_keys": lambda: _bs().random.split_key,
 }
 
 

@@ -16,6 +16,7 @@ every shard, so the same seed gives the same numbers on any mesh.
 
 from __future__ import annotations
 
+import operator
 import os
 import threading
 from typing import Any, Sequence
@@ -28,7 +29,7 @@ from brainshard._core import compat
 from brainshard._core.frames import manual_axes
 from brainshard._core.state import SLOT_LOCK, State, frame_stack
 
-__all__ = ["RandomState", "default_state", "seed", "split_key"]
+__all__ = ["RandomState", "default_state", "seed", "split_key", "check"]
 
 Size = int | Sequence[int] | None
 
@@ -131,6 +132,14 @@ class RandomState(State):
   def __init__(self, seed_or_key: Any = 0, name: str | None = None):
     super().__init__(_as_key(seed_or_key, "RandomState"), name=name)
 
+  def __repr__(self) -> str:
+    value = self._value
+    if isinstance(value, jax.Array) and not isinstance(value, jax.core.Tracer):
+      # the key itself (its data shows the seed), not only its type
+      name = "" if self.name is None else f"name={self.name!r}, "
+      return f"RandomState({name}key={value})"
+    return super().__repr__()
+
   def seed(self, seed_or_key: Any = None) -> None:
     """Restarts the stream from a seed or key (a State write); without one,
     from a fresh nondeterministic seed."""
@@ -145,6 +154,7 @@ class RandomState(State):
     with the shard's index, unlike a draw, which takes its block of the
     unsharded draw).
     """
+    n = _count(n)
     sub = self._next_key()
     index = _shard_index()
     if index is not None:
@@ -232,8 +242,19 @@ def _key(key: Any, where: str) -> jax.Array:
   return _as_key(key, f"bs.random.{where}")
 
 
+def _count(n: Any) -> int | None:
+  """``n`` keys to split: None, or an integer >= 1 (numpy ints too)."""
+  if n is None:
+    return None
+  n = operator.index(n)  # TypeError for a float
+  if n < 1:
+    raise ValueError(f"split_key: n must be >= 1, got {n}.")
+  return n
+
+
 def split_key(n: int | None = None, key: Any = None) -> jax.Array:
   """A fresh key (or ``n`` keys) from the default RandomState (or ``key``)."""
+  n = _count(n)
   if key is None:
     return default_state().split_key(n)
   if isinstance(key, RandomState):
@@ -242,16 +263,54 @@ def split_key(n: int | None = None, key: Any = None) -> jax.Array:
   return k if n is None else jax.random.split(k, n)
 
 
+def as_param(x: Any) -> Any:
+  """A parameter given as a Python list or tuple (``uniform([0., 2.], 1.)``,
+  as numpy.random takes) as an array; anything else as is."""
+  if isinstance(x, (list, tuple)):
+    return jnp.asarray(x)
+  return x
+
+
+def check(where: str, ok: Any, message: str, *params: Any) -> None:
+  """Raises ``ValueError(message)`` when every one of ``params`` is concrete
+  and ``ok(*params)`` (on NumPy arrays) is not all true; does nothing for
+  traced parameters (a traced value cannot raise).
+
+  Example:
+    >>> from brainshard._simulation.random import check
+    >>> check("power", lambda a: a > 0, "a must be > 0", [1.0, 2.0])
+  """
+  values = []
+  for p in params:
+    p = as_param(p)
+    if isinstance(p, jax.core.Tracer):
+      return
+    values.append(None if p is None else np.asarray(p))
+  if not np.all(ok(*values)):
+    raise ValueError(f"bs.random.{where}: {message} (got "
+                     f"{', '.join(str(v) for v in values)}).")
+
+
 def _shape(size: Size, *params: Any) -> tuple[int, ...]:
+  shapes = [np.shape(as_param(p)) for p in params if p is not None]
   if size is None:
-    return tuple(np.broadcast_shapes(*(np.shape(p) for p in params)))
+    return tuple(np.broadcast_shapes(*shapes))
   if isinstance(size, (int, np.integer)):
-    return (int(size),)
-  return tuple(int(s) for s in size)
+    shape = (int(size),)
+  else:
+    shape = tuple(int(s) for s in size)
+  try:  # numpy's rule: the parameters broadcast to size
+    ok = np.broadcast_shapes(shape, *shapes) == shape
+  except ValueError:
+    ok = False
+  if not ok:
+    raise ValueError(f"bs.random: parameters of shapes {shapes} do not "
+                     f"broadcast to size={shape}.")
+  return shape
 
 
 def _float_dtype(dtype: Any, *params: Any) -> Any:
   if dtype is not None:
     return dtype
-  dt = jnp.result_type(*params, float)
+  dt = jnp.result_type(*(as_param(p) for p in params if p is not None), float)
   return dt if jnp.issubdtype(dt, jnp.floating) else jnp.dtype(float)

@@ -254,5 +254,9 @@ def per_element(sample: Callable, key: jax.Array, params: tuple,
   """``sample(k, *p)`` (a scalar draw) for every element, each with its own
   key from :func:`element_keys`; ``params`` broadcast against ``shape``."""
   keys = element_keys(key, shape).reshape(-1)
-  flat = [jnp.broadcast_to(jnp.asarray(p), shape).reshape(-1) for p in params]
+  # The barrier keeps XLA from constant-folding a constant parameter into
+  # the sampler, which it does or not depending on the block's shape, and
+  # whose results differ from the computed ones in the last bits.
+  flat = lax.optimization_barrier(tuple(
+      jnp.broadcast_to(jnp.asarray(p), shape).reshape(-1) for p in params))
   return jax.vmap(sample)(keys, *flat).reshape(shape)

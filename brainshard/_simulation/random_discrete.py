@@ -17,9 +17,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from brainshard._simulation import random_counts as counts
-from brainshard._simulation import random_draw, random_samplers
+from brainshard._simulation import (
+    random_draw, random_extra_api, random_samplers)
 from brainshard._simulation.random import (
-    RandomState, Size, _float_dtype, _shape)
+    RandomState, Size, _float_dtype, _shape, as_param, check)
 from brainshard._simulation.random_blocks import per_element
 from brainshard._simulation.random_draw import draw, randint
 from brainshard._simulation.random_samplers import _loc_scale
@@ -153,19 +154,25 @@ def randn_like(input, *, dtype: Any = None, key: Any = None, spec: Any = None):
               _float_dtype(dtype, input), spec=spec, std=jax.random.normal)
 
 
-def randint_like(input, low=0, high=None, *, dtype: Any = None, key: Any = None,
-                 spec: Any = None):
-  """Integers in ``[low, high)`` (``[0, low)`` without ``high``) shaped like ``input``.
+def randint_like(input, low=None, high=None, *, dtype: Any = None,
+                 key: Any = None, spec: Any = None):
+  """Integers in ``[low, high)`` (``[0, low)`` without ``high``; without
+  either, brainstate's ``[0, max(input))``) shaped like ``input``, in
+  ``input``'s dtype (a float template gets integer values as floats).
 
   Example:
     >>> import brainshard as bs, jax.numpy as jnp
     >>> bs.random.randint_like(jnp.zeros((2,)), 5).shape
     (2,)
   """
-  if dtype is None:
-    dt = jnp.result_type(input)
-    dtype = dt if jnp.issubdtype(dt, jnp.integer) else jnp.int32
-  return randint(low, high, np.shape(input), key=key, dtype=dtype, spec=spec)
+  if low is None:
+    low = 0 if high is not None else jnp.max(jnp.asarray(input))
+  dtype = jnp.result_type(input) if dtype is None else jnp.dtype(dtype)
+  if jnp.issubdtype(dtype, jnp.integer):
+    return randint(low, high, np.shape(input), key=key, dtype=dtype, spec=spec)
+  # a float template keeps its dtype (brainstate's): integers, then cast
+  out = randint(low, high, np.shape(input), key=key, spec=spec)
+  return out.astype(dtype)
 
 
 def choice(a, size: Size = None, replace: bool = True, p=None, key: Any = None,
@@ -181,6 +188,13 @@ def choice(a, size: Size = None, replace: bool = True, p=None, key: Any = None,
     >>> x.shape, len(set(x.tolist()))
     ((5,), 5)
   """
+  if isinstance(a, (list, tuple, np.ndarray)) and (
+      np.asarray(a).dtype.kind not in "biufc"):
+    # strings or objects (numpy's choice takes them): draw indices, pick
+    # on the host
+    items = np.asarray(a)
+    picks = choice(len(items), size, replace, p, key, axis, spec)
+    return np.take(items, np.asarray(picks), axis)
   rule = {} if replace else dict(
       blocked=False, unsplit=("draws without replacement", None))
   if isinstance(a, (int, np.integer)):  # static: jax.random.choice needs it
@@ -256,7 +270,7 @@ def shuffle(x, axis: int = 0, key: Any = None, spec: Any = None):
 
 
 def binomial(n, p, size: Size = None, key: Any = None, dtype: Any = None,
-             spec: Any = None):
+             check_valid: bool = True, spec: Any = None):
   """Successes in ``n`` trials of probability ``p``.
 
   Example:
@@ -264,12 +278,14 @@ def binomial(n, p, size: Size = None, key: Any = None, dtype: Any = None,
     >>> bs.random.binomial(10, 0.5, size=3).dtype
     dtype('int32')
   """
+  if check_valid:
+    check("binomial", lambda p: (p >= 0) & (p <= 1), "p must be in [0, 1]", p)
   return draw("binomial", key, _binomial, (n, p), _shape(size, n, p),
               _int(dtype), spec=spec)
 
 
 def multinomial(n, pvals, size: Size = None, key: Any = None, dtype: Any = None,
-                spec: Any = None):
+                check_valid: bool = True, spec: Any = None):
   """Counts of shape ``size + (k,)`` over ``k`` outcomes summing to ``n``.
 
   Example:
@@ -278,7 +294,10 @@ def multinomial(n, pvals, size: Size = None, key: Any = None, dtype: Any = None,
     >>> x.shape, x.sum(-1).tolist()
     ((3, 2), [10, 10, 10])
   """
-  k = np.shape(pvals)[-1]
+  if check_valid:  # numpy's rule, with room for float32 rounding
+    check("multinomial", lambda p: p[..., :-1].sum(-1) <= 1 + 1e-6,
+          "sum(pvals[..., :-1]) must be <= 1", pvals)
+  k = np.shape(as_param(pvals))[-1]
   batch = (np.broadcast_shapes(np.shape(n), np.shape(pvals)[:-1])
            if size is None else _shape(size))
   return draw("multinomial", key, _multinomial, (n, pvals), batch, _int(dtype),
@@ -309,6 +328,7 @@ def geometric(p, size: Size = None, key: Any = None, dtype: Any = None,
     >>> bool(bs.random.geometric(0.5, size=5).min() >= 1)
     True
   """
+  check("geometric", lambda p: (p > 0) & (p <= 1), "p must be in (0, 1]", p)
   return draw("geometric", key, _geometric, (p,), _shape(size, p), _int(dtype),
               spec=spec)
 
@@ -348,16 +368,20 @@ def hypergeometric(ngood, nbad, nsample, size: Size = None, key: Any = None,
 
 def _method(fun):
   def method(self, *args, **kwargs):
-    if "key" in kwargs:
-      raise TypeError(f"{self.label()}.{fun.__name__}: key= is the state itself.")
-    return fun(*args, key=self, **kwargs)
+    # key= draws from that key instead, leaving this state as it is
+    # (brainstate's methods take it too)
+    kwargs.setdefault("key", self)
+    if kwargs["key"] is None:
+      kwargs["key"] = self
+    return fun(*args, **kwargs)
   method.__name__ = method.__qualname__ = fun.__name__
-  method.__doc__ = f"``bs.random.{fun.__name__}`` drawing from this state."
+  method.__doc__ = (f"``bs.random.{fun.__name__}`` drawing from this state "
+                    "(or from ``key=`` when given).")
   return method
 
 
 def _bind_methods() -> None:
-  for module in (random_draw, random_samplers,
+  for module in (random_draw, random_samplers, random_extra_api,
                  __import__(__name__, fromlist=["_"])):
     for name in module.__all__:
       if name != "draw" and not hasattr(RandomState, name):

@@ -27,7 +27,7 @@ from brainshard._core.frames import manual_axes
 from brainshard._simulation import random_blocks, random_counts
 from brainshard._simulation.random import (
     Size, _float_dtype, _fold_members, _key, _member_axes, _shape,
-    _shard_index)
+    _shard_index, as_param, check)
 
 __all__ = ["draw", "normal", "uniform", "bernoulli", "poisson", "randint"]
 
@@ -104,6 +104,7 @@ def draw(where: str, key: Any, fn, params: tuple, shape: tuple[int, ...],
   ``opts`` are static (hashable) options.
   """
   index, axes = _draw_context(spec)
+  params = tuple(as_param(p) for p in params)
   shape = tuple(shape)
   lay = random_blocks.layout(where, shape + tuple(event), spec, axes,
                              len(event), tuple(bits_event))
@@ -185,8 +186,11 @@ def uniform(low=0.0, high=1.0, size: Size = None, key: Any = None,
 
 
 def bernoulli(p=0.5, size: Size = None, key: Any = None,
-              spec: Any = None) -> jax.Array:
-  """Booleans that are True with probability ``p``."""
+              check_valid: bool = True, spec: Any = None) -> jax.Array:
+  """Booleans that are True with probability ``p`` (a concrete ``p``
+  outside ``[0, 1]`` raises unless ``check_valid=False``)."""
+  if check_valid:
+    check("bernoulli", lambda p: (p >= 0) & (p <= 1), "p must be in [0, 1]", p)
   return draw("bernoulli", key, _bernoulli, (p,), _shape(size, p), None,
               spec=spec)
 

@@ -1,13 +1,22 @@
-"""The numpy.random samplers bs.random lacks, as pure JAX functions of a key.
+"""The rarer numpy.random (and brainstate) samplers, as pure JAX functions of a key.
 
-Not yet wired into ``bs.random`` (random.py is being rewritten for
-mesh-invariant draws; each sampler here is ``f(key, *params, shape, dtype)``
-so it can be called from that draw path). Every parameter broadcasts to
-``shape``; algorithms follow NumPy's (``numpy/random/src/distributions``)
-so the distributions match, not the streams. Rejection samplers (``zipf``,
-``vonmises``) loop with ``lax.while_loop`` until every element is accepted,
-at most :data:`MAX_ROUNDS` rounds: parameters NumPy rejects (``zipf`` with
-``a <= 1``) cannot raise on traced values, and leave 0 where never accepted.
+Each sampler is ``f(key, *params, shape, dtype)``, run by
+``random_draw.draw`` (``random_extra_api`` holds the public functions), so
+it may use its key only as that draw path allows: jax.random's closed-form
+samplers at ``shape`` (after ``split``/``fold_in``), the block-aware count
+samplers of ``random_counts``, and ``random_blocks.per_element`` for the
+gamma family (jax.random.gamma splits its key per element, which a block
+key cannot reproduce). Then inside ``bs.shard_map`` every element depends on
+the key and its global index only, and a shard draws its block of the
+unsharded draw. Every parameter broadcasts to ``shape``; algorithms follow
+NumPy's (``numpy/random/src/distributions``) so the distributions match,
+not the streams. Rejection samplers (``zipf``, ``vonmises``) loop with
+``lax.while_loop`` until every element is accepted, at most
+:data:`MAX_ROUNDS` rounds; each round redraws the whole block from a split
+key, so an element's value is its first accepted round's, whatever the
+block. Parameters NumPy rejects (``zipf`` with ``a <= 1``) cannot raise on
+traced values (the public functions check concrete ones), and leave 0
+where never accepted.
 
 Example:
   >>> import jax
@@ -25,18 +34,27 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from brainshard._simulation.random_blocks import per_element
+from brainshard._simulation.random_counts import _like
+from brainshard._simulation.random_counts import poisson as _poisson
+
 __all__ = [
     "f", "noncentral_chisquare", "noncentral_f", "power", "rayleigh",
     "triangular", "wald", "logseries", "zipf", "vonmises", "random_integers",
-    "ranf", "sample", "t", "maxwell", "loggamma", "weibull_min"]
+    "ranf", "sample", "t", "maxwell", "loggamma", "weibull_min", "orthogonal"]
 
 Shape = tuple[int, ...]
 MAX_ROUNDS = 1000
 
 
+def _gamma(key, a, shape, dtype):
+  """Gamma(``a``) with one key per element (block-safe)."""
+  return per_element(lambda k, a: jax.random.gamma(k, a, (), dtype), key,
+                     (jnp.asarray(a, dtype),), shape)
+
+
 def _chisquare(key, df, shape, dtype):
-  return 2.0 * jax.random.gamma(key, jnp.broadcast_to(df / 2.0, shape),
-                                shape, dtype)
+  return 2.0 * _gamma(key, df / 2.0, shape, dtype)
 
 
 def f(key, dfnum, dfden, shape: Shape, dtype=jnp.float32):
@@ -50,7 +68,7 @@ def noncentral_chisquare(key, df, nonc, shape: Shape, dtype=jnp.float32):
   """``chi2(df + 2 K)`` with ``K ~ Poisson(nonc / 2)``: the Poisson mixture
   form, valid for every ``df > 0`` (NumPy splits ``df > 1`` off)."""
   k1, k2 = jax.random.split(key)
-  counts = jax.random.poisson(k1, jnp.broadcast_to(nonc / 2.0, shape), shape)
+  counts = _poisson(k1, jnp.broadcast_to(nonc / 2.0, shape), shape, jnp.int32)
   return _chisquare(k2, df + 2.0 * counts.astype(dtype), shape, dtype)
 
 
@@ -109,6 +127,7 @@ def _until_accepted(key, shape, draw, dtype):
   def cond(carry):
     return ~jnp.all(carry[2]) & (carry[3] < MAX_ROUNDS)
 
+
   def body(carry):
     key, value, done, rounds = carry
     key, sub = jax.random.split(key)
@@ -116,7 +135,9 @@ def _until_accepted(key, shape, draw, dtype):
     take = ~done & ok
     return key, jnp.where(take, new, value), done | ok, rounds + 1
 
-  init = (key, jnp.zeros(shape, dtype), jnp.zeros(shape, bool), 0)
+  # the carry varies over the mesh axes the (block) key varies over
+  init = (key, _like(jnp.zeros(shape, dtype), key),
+          _like(jnp.zeros(shape, bool), key), _like(jnp.int32(0), key))
   return lax.while_loop(cond, body, init)[1]
 
 
@@ -187,17 +208,30 @@ sample = ranf
 
 def t(key, df, shape: Shape, dtype=jnp.float32):
   """brainstate's ``t``: Student's t (``standard_t``)."""
-  return jax.random.t(key, jnp.broadcast_to(df, shape), shape, dtype)
+  return per_element(lambda k, df: jax.random.t(k, df, (), dtype), key,
+                     (jnp.asarray(df, dtype),), shape)
 
 
 def maxwell(key, shape: Shape, dtype=jnp.float32):
-  """brainstate's ``maxwell``: the norm of three standard normals."""
-  return jax.random.maxwell(key, shape, dtype)
+  """brainstate's ``maxwell``: the norm of three standard normals (drawn at
+  ``shape + (3,)``: the draw path needs ``bits_event=(3,)``)."""
+  return jnp.linalg.norm(jax.random.normal(key, (*shape, 3), dtype), axis=-1)
 
 
 def loggamma(key, a, shape: Shape, dtype=jnp.float32):
   """brainstate's ``loggamma``: ``log(Gamma(a))``, accurate for small ``a``."""
-  return jax.random.loggamma(key, jnp.broadcast_to(a, shape), shape, dtype)
+  return per_element(lambda k, a: jax.random.loggamma(k, a, (), dtype), key,
+                     (jnp.asarray(a, dtype),), shape)
+
+
+def orthogonal(key, shape: Shape, dtype=jnp.float32, *, n: int):
+  """brainstate's ``orthogonal``: Haar-random ``n x n`` orthogonal matrices
+  of batch shape ``shape`` (QR of a normal matrix, signs fixed by ``R``'s
+  diagonal; the draw path needs ``bits_event=(n, n)``)."""
+  z = jax.random.normal(key, (*shape, n, n), dtype)
+  q, r = jnp.linalg.qr(z)
+  d = jnp.diagonal(r, 0, -2, -1)
+  return q * jnp.expand_dims(jnp.sign(d), -2)
 
 
 def weibull_min(key, a, scale: Any, shape: Shape, dtype=jnp.float32):

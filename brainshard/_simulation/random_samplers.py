@@ -20,7 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from brainshard._simulation.random import Size, _float_dtype, _shape
+from brainshard._simulation.random import (
+    Size, _float_dtype, _shape, as_param, check)
 from brainshard._simulation.random_blocks import element_keys, per_element
 from brainshard._simulation.random_draw import draw
 
@@ -240,7 +241,7 @@ def beta(a, b, size: Size = None, key: Any = None, dtype: Any = None,
 
 
 def chisquare(df, size: Size = None, key: Any = None, dtype: Any = None,
-              spec: Any = None):
+              check_valid: bool = True, spec: Any = None):
   """Chi-square samples with ``df`` degrees of freedom.
 
   Example:
@@ -248,6 +249,8 @@ def chisquare(df, size: Size = None, key: Any = None, dtype: Any = None,
     >>> bs.random.chisquare(4.0, size=2).shape
     (2,)
   """
+  if check_valid:
+    check("chisquare", lambda df: df > 0, "df must be > 0", df)
   return _fdraw("chisquare", key, _chisquare, (df,), size, dtype, spec)
 
 
@@ -304,10 +307,14 @@ def weibull(a, size: Size = None, key: Any = None, dtype: Any = None,
 
 
 def truncated_normal(lower, upper, size: Size = None, loc=0.0, scale=1.0,
-                     key: Any = None, dtype: Any = None, spec: Any = None):
+                     key: Any = None, dtype: Any = None,
+                     check_valid: bool = True, spec: Any = None):
   """Normal(``loc``, ``scale``) samples conditioned on ``[lower, upper]``.
 
   ``lower`` and ``upper`` are in the samples' units (brainstate's order).
+  As brainstate's, a concrete ``loc`` more than 2 ``scale`` outside
+  ``[lower, upper]`` raises (the draw loses accuracy there) unless
+  ``check_valid=False``.
 
   Example:
     >>> import brainshard as bs
@@ -315,6 +322,11 @@ def truncated_normal(lower, upper, size: Size = None, loc=0.0, scale=1.0,
     >>> bool((x >= -1).all() and (x <= 2).all())
     True
   """
+  if check_valid:
+    check("truncated_normal",
+          lambda lo, hi, m, s: (m >= lo - 2 * s) & (m <= hi + 2 * s),
+          "loc is more than 2 scale outside [lower, upper]", lower, upper,
+          _or(loc, 0.0), _or(scale, 1.0))
   return _fdraw("truncated_normal", key, _truncated_normal,
                 (lower, upper, _or(loc, 0.0), _or(scale, 1.0)), size, dtype, spec)
 
@@ -330,6 +342,14 @@ def multivariate_normal(mean, cov, size: Size = None, method: str = "cholesky",
     >>> bs.random.multivariate_normal(jnp.zeros(2), jnp.eye(2), size=5).shape
     (5, 2)
   """
+  if method not in ("cholesky", "eigh", "svd"):
+    raise ValueError("bs.random.multivariate_normal: method must be one of "
+                     f"'cholesky', 'eigh', 'svd'; got {method!r}.")
+  mshape, cshape = np.shape(as_param(mean)), np.shape(as_param(cov))
+  if len(mshape) < 1 or len(cshape) < 2 or cshape[-2:] != mshape[-1:] * 2:
+    raise ValueError(
+        "bs.random.multivariate_normal: mean must have shape (..., d) and cov "
+        f"(..., d, d); got {mshape} and {cshape}.")
   if size is None:
     batch = np.broadcast_shapes(np.shape(mean)[:-1], np.shape(cov)[:-2])
   else:
