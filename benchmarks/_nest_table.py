@@ -14,7 +14,7 @@ and the ratios brainshard / twin and brainshard / NEST of the medians.
 NEST runs with as many threads as this process has cores and
 ``OMP_WAIT_POLICY=passive``; brainshard and the twin on one JAX CPU device.
 
-Writes ``benchmarks/results/nest.{md,json}``; ``--docs`` also replaces the
+Writes ``benchmarks/results/nest.{md,json}`` (``--out``); ``--docs`` also replaces the
 generated table in docs/nest.md. The 1-minute load average is recorded
 before every run and stated with the table.
 
@@ -220,8 +220,11 @@ def parse(argv: list[str] | None):
   ap.add_argument("--impls", default="brainshard,twin,nest")
   ap.add_argument("--sizes", type=ints, default=[4000, 40_000, 400_000],
                   help="CUBA neurons (80 inputs each)")
-  ap.add_argument("--scales", type=floats, default=[0.1, 1.0],
-                  help="microcircuit scales (fraction of the neurons)")
+  ap.add_argument("--scales", type=floats, default=[0.1],
+                  help="microcircuit scales (fraction of the neurons); "
+                       "add 1.0 for the full scale (299 M synapses: NEST "
+                       "needs several GB more than brainshard, and minutes "
+                       "to build on 2 cores)")
   ap.add_argument("--k-scale", type=float, default=1.0,
                   help="microcircuit in-degrees (1: as published)")
   ap.add_argument("--duration", type=float, default=None,
@@ -236,6 +239,8 @@ def parse(argv: list[str] | None):
                   help="rounds at >= 400 k neurons and scale >= 0.5")
   ap.add_argument("--threads", type=int, default=None,
                   help="NEST threads (default: this process's cores)")
+  ap.add_argument("--out", default="nest",
+                  help="results/OUT.md and results/OUT.json")
   ap.add_argument("--docs", action="store_true",
                   help="also write the table into docs/nest.md")
   ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -257,8 +262,8 @@ def main(argv: list[str] | None = None):
   table = render(sections, machine(loads, threads))
   print(table)
   RESULTS.mkdir(exist_ok=True)
-  (RESULTS / "nest.md").write_text(table)
-  (RESULTS / "nest.json").write_text(json.dumps(
+  (RESULTS / f"{args.out}.md").write_text(table)
+  (RESULTS / f"{args.out}.json").write_text(json.dumps(
       [dict(label=c["label"], runs=runs) for c, runs in sections], indent=1))
   if args.docs:
     write_docs(table)
