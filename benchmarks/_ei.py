@@ -163,8 +163,8 @@ def pure_block_run(model: str, n: int, k: int = 80, delay: int = 2,
   n]``, or with ``raster=False`` only their number.
 
   >>> _, run = pure_block_run('cuba', 400, delay=2, chunk_steps=10)
-  >>> run(2.5).shape
-  (25, 400)
+  >>> run(2.6).shape  # 13 calls of 2 steps: chunks of 5, 5 and 3 calls
+  (26, 400)
   """
   import jax
   import jax.numpy as jnp
