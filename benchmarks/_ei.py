@@ -55,11 +55,10 @@ def brainshard_run(model: str, n: int, k: int = 80, devices: int = 1,
   return time.perf_counter() - t0, net.run
 
 
-def _network(model: str, n: int, k: int, connectivity: str, seed: int):
-  """The example's parameters, its one-step transition of the carry
-  ``(v, ge, gi, ref, inputs)`` as a pure function ``one(carry) -> (carry,
-  spikes)`` with the library kernels the example runs, and the initial
-  carry (the example's initial conditions)."""
+def _kernels(model: str, n: int, k: int, connectivity: str, seed: int):
+  """The example's parameters, its delivery ``count(fired) -> (exc, inh)``
+  input counts with the library kernels the example runs (on one device),
+  and its initial ``(v, ge, gi)`` (the example's initial conditions)."""
   import jax
   import jax.numpy as jnp
   from examples import cuba
@@ -86,6 +85,17 @@ def _network(model: str, n: int, k: int, connectivity: str, seed: int):
     v0 = jnp.asarray(rng.normal(-55.0, 5.0, size=n), jnp.float32)
     ge0 = jnp.asarray(rng.normal(4.0, 1.5, size=n), jnp.float32)
     gi0 = jnp.asarray(rng.normal(20.0, 12.0, size=n), jnp.float32)
+  return p, count, (v0, ge0, gi0)
+
+
+def _network(model: str, n: int, k: int, connectivity: str, seed: int):
+  """The example's parameters, its one-step transition of the carry
+  ``(v, ge, gi, ref, inputs)`` as a pure function ``one(carry) -> (carry,
+  spikes)`` with the library kernels the example runs, and the initial
+  carry (the example's initial conditions)."""
+  import jax.numpy as jnp
+  from examples import cuba
+  p, count, (v0, ge0, gi0) = _kernels(model, n, k, connectivity, seed)
   carry = (v0, ge0, gi0, jnp.zeros(n, jnp.int32), jnp.zeros((2, n), jnp.int32))
 
   def one(c):
@@ -138,6 +148,77 @@ def pure_run(model: str, n: int, k: int = 80, connectivity: str = "stored",
 
   jax.block_until_ready(carry[0])
   return time.perf_counter() - t0, _chunked(p.dt, chunk, make)
+
+
+def pure_block_run(model: str, n: int, k: int = 80, delay: int = 2,
+                   seed: int = 0, chunk_steps: int = 1000):
+  """The pure-JAX twin of ``cuba.EINetwork(exchange='delay')`` on one
+  device (what ``bench_nest`` times): one call advances ``delay`` steps
+  with the spikes of the previous block as its input (the example's
+  ``step.one_block``), ``chunk_steps // delay`` calls per ``jax.jit`` of a
+  ``lax.scan``, no donation (``bs.ChunkedLoop`` donates nothing by
+  default), the next chunk dispatched before the last one's spikes are
+  copied to the host (as ``ChunkedLoop.iterate`` does). Returns
+  ``(build_s, run(ms, raster=True))``: ``run`` gives the spikes ``[steps,
+  n]``, or with ``raster=False`` only their number.
+
+  >>> _, run = pure_block_run('cuba', 400, delay=2, chunk_steps=10)
+  >>> run(2.6).shape  # 13 calls of 2 steps: chunks of 5, 5 and 3 calls
+  (26, 400)
+  """
+  import jax
+  import jax.numpy as jnp
+  from examples import cuba
+  t0 = time.perf_counter()
+  p, count, (v0, ge0, gi0) = _kernels(model, n, k, "stored", seed)
+  p = cuba.Params(model=model, n=n, k=k, delay=delay)
+  state = [(v0, ge0, gi0, jnp.zeros(n, jnp.int32),
+            jnp.zeros((delay, n), bool))]
+
+  def block(c, _):
+    v, ge, gi, ref, pending = c
+    inputs = jax.lax.map(lambda f: jnp.stack(count(f)), pending)
+
+    def one(carry, counts):
+      v, ge, gi, ref, spikes = cuba.neuron_update(p, *carry, counts[0],
+                                                  counts[1])
+      return (v, ge, gi, ref), spikes
+
+    carry, spikes = jax.lax.scan(one, (v, ge, gi, ref), inputs)
+    return (*carry, spikes), spikes
+
+  programs = {}
+
+  def chunk(calls):
+    if calls not in programs:
+      programs[calls] = jax.jit(lambda c: jax.lax.scan(block, c, None,
+                                                       length=calls))
+    state[0], spikes = programs[calls](state[0])
+    return spikes
+
+  def run(ms: float, raster: bool = True):
+    steps = int(round(ms / p.dt))
+    if steps % delay:
+      raise ValueError(f"{ms} ms is not a multiple of the delay")
+    per = max(1, chunk_steps // delay)
+    calls = [per] * (steps // delay // per) + (
+        [steps // delay % per] if steps // delay % per else [])
+    out, previous = [], None
+    for length in calls:
+      spikes = chunk(length)
+      if previous is not None:
+        out.append(np.asarray(previous))
+      previous = spikes
+    if previous is not None:
+      out.append(np.asarray(previous))
+    if not raster:
+      return int(sum(int(o.sum()) for o in out))
+    if not out:
+      return np.zeros((0, n), bool)
+    return np.concatenate(out).reshape(steps, n)
+
+  jax.block_until_ready(state[0])
+  return time.perf_counter() - t0, run
 
 
 def brainstate_run(model: str, n: int, k: int = 80,

@@ -21,8 +21,9 @@ COMMANDS = {
               "against pure JAX, brainstate and Brian2 (docs/scale.md; --gpu)"),
     "brian2": ("benchmarks.bench_brian2", "the CUBA/COBA example's spike "
                "statistics and speed against Brian2 (docs/scale.md)"),
-    "nest": ("benchmarks.bench_nest", "the CUBA/COBA example against NEST 3 "
-             "on the same network: spikes, build, speed, memory (docs/nest.md)"),
+    "nest": ("benchmarks.bench_nest", "CUBA (4k-400k) and the microcircuit: "
+             "brainshard vs its pure-JAX twin vs NEST 3, build, speed, CPU, "
+             "memory (docs/nest.md; --docs)"),
     "connectivity": ("benchmarks.bench_connectivity", "bs.models.connect: "
                      "build time and peak memory against the index's bytes "
                      "(docs/models.md)"),

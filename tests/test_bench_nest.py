@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks import _ei, bench_nest
+from benchmarks import _ei, _nest_table, bench_nest
 
 N = 1000  # 80 inputs each: the example's in-degree, 8% connectivity
 
@@ -131,14 +131,52 @@ def test_coba_statistics():
 
 
 @pytest.mark.slow
-def test_cli_times_both_in_their_own_processes(capsys):
+def test_twin_gives_the_examples_spikes():
+  """The pure-JAX twin timed beside brainshard runs the same program: the
+  example's spikes, step for step, across chunk boundaries."""
+  ours = _ei.brainshard_run("cuba", 400, delay=2, exchange="delay")[1](80.0)
+  _, twin = _ei.pure_block_run("cuba", 400, delay=2, chunk_steps=40)
+  raster = np.concatenate([twin(20.0), twin(40.0)])
+  assert ours[:600].sum() > 50 and ours[600:].sum() > 0
+  np.testing.assert_array_equal(raster, ours[:600])
+  assert twin(20.0, raster=False) == ours[600:].sum()
+
+
+def test_table_medians_and_ratios():
+  """The table gives each figure's median over the runs and the ratios of
+  the medians; a failed implementation and a skipped section say so."""
+  keys = [k for k, _, _ in _nest_table.FIGURES]
+  run = lambda x: {k: x * (i + 1) for i, k in enumerate(keys)}  # noqa: E731
+  runs = {"brainshard": [run(1.0), run(3.0), run(2.0)],
+          "twin": [run(4.0), run(4.0)],
+          "nest": [dict(impl="nest", error="boom")]}
+  case = dict(label="CUBA x")
+  skipped = dict(label="microcircuit y", skip="no model")
+  table = _nest_table.render([(case, runs), (skipped, {})], "header")
+  rows = {r.split("|")[2].strip(): [c.strip() for c in r.split("|")[3:-1]]
+          for r in table.splitlines() if r.startswith("|")}
+  assert rows["brainshard"][1] == "4.000" and rows["brainshard"][-1] == "3"
+  assert rows["pure-JAX twin"][1] == "8.000"
+  assert rows["brainshard / pure-JAX twin"][:5] == ["0.50"] * 5
+  assert "NEST: failed: boom" in rows
+  assert "skipped: no model" in rows
+  assert "brainshard / NEST" not in rows
+
+
+@pytest.mark.slow
+def test_cli_times_each_in_its_own_process(monkeypatch, tmp_path):
   _nest()
-  out = bench_nest.main(["--neurons", "400", "--duration", "0.02",
-                         "--warmup", "10", "--repeats", "1", "--threads", "1"])
-  assert out["nest_delay_ms"] == 0.1 and out["nest_version"].startswith("3.")
-  nest, ours = out["results"]["nest"], out["results"]["brainshard"]
+  monkeypatch.setattr(_nest_table, "RESULTS", tmp_path)
+  out = bench_nest.main(["--only", "cuba", "--sizes", "400", "--duration",
+                         "0.02", "--warmup", "10", "--repeats", "1",
+                         "--threads", "1"])
+  (case, runs), = out["sections"]
+  assert sorted(runs) == ["brainshard", "nest", "twin"]
+  nest, ours, twin = runs["nest"][0], runs["brainshard"][0], runs["twin"][0]
   assert not nest["jax_imported"] and ours["jax_imported"]
-  for row in (nest, ours):
+  for row in (nest, ours, twin):
     assert row["build_s"] > 0 and row["s_per_sim_s"] > 0
-    assert row["peak_rss_mb"] >= row["rss_start_mb"] > 0
-  assert '"results"' in capsys.readouterr().out
+    assert row["child_cpu_s"] >= row["cpu_s_per_sim_s"] * 0.02 > 0
+    assert row["peak_rss_mb"] > 0 and row["rate_hz"] > 0
+  assert ours["rate_hz"] == twin["rate_hz"]  # the same spikes
+  assert "brainshard / NEST" in (tmp_path / "nest.md").read_text()

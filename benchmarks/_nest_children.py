@@ -1,0 +1,218 @@
+"""One measurement of ``python -m benchmarks nest``, in a process of its own.
+
+A *spec* (a JSON-able dict) names the workload (``'cuba'`` or
+``'microcircuit'``), the implementation (``'brainshard'``, ``'twin'``: the
+hand-written pure-JAX program of the same kernels, ``'nest'``) and the
+size. :func:`measure` runs it in this process: builds, simulates a warm-up
+(brainshard and the twin compile there), then times a run and reports
+build seconds, seconds and CPU seconds per simulated second, the process's
+peak RSS and the mean rate. :func:`in_child` runs :func:`measure` in a fresh
+process and adds the child's whole CPU time (user + sys, from the parent's
+``RUSAGE_CHILDREN``): each process then has its own peak memory, and NEST's
+global kernel and JAX's thread pools never share one. A NEST child never
+imports JAX (the CUBA network comes from an ``.npz`` that an ``'export'``
+child wrote).
+
+Example (the twin at a tiny size, in this process):
+  >>> r = measure(dict(workload='cuba', impl='twin', n=400, duration_ms=20.0,
+  ...                  warmup_ms=10.0))
+  >>> r['impl'], r['s_per_sim_s'] > 0, r['jax_imported']
+  ('twin', True, True)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# NEST 3.10 spends ~31 KB per neuron connected to a spike recorder (1.2 GB
+# for 40,000, measured): above this many neurons it records an evenly
+# spread sample of about this many, and the rate is the sample's.
+NEST_RECORD_CAP = 40_000
+
+
+def record_every(n: int) -> int:
+  """Record every this many neurons in NEST (1 up to the cap).
+
+  >>> record_every(40_000), record_every(400_000), record_every(77_169)
+  (1, 10, 2)
+  """
+  return -(-n // NEST_RECORD_CAP)
+
+
+def _cpu_s() -> float:
+  r = resource.getrusage(resource.RUSAGE_SELF)
+  return r.ru_utime + r.ru_stime
+
+
+def _peak_rss_mb() -> float:
+  """This process's peak RSS (MB): /proc's VmHWM where there is one.
+  ``getrusage``'s ``ru_maxrss`` survives ``execve``, so a child would report
+  its parent's peak when that is higher."""
+  try:
+    with open("/proc/self/status") as f:
+      return next(int(line.split()[1]) / 1024 for line in f
+                  if line.startswith("VmHWM:"))
+  except (OSError, StopIteration):
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _cuba(spec: dict):
+  """``(build_s, neurons recorded, run(ms) -> their spike count)`` of the
+  CUBA network."""
+  n, k, seed, delay = spec["n"], spec.get("k", 80), spec.get("seed", 0), \
+      spec.get("delay", 2)
+  impl = spec["impl"]
+  if impl == "nest":
+    from benchmarks import bench_nest
+    net = dict(np.load(spec["network"])) if spec.get("network") else None
+    every = record_every(n)
+    build_s, run = bench_nest.nest_run("cuba", n, k, seed, delay,
+                                       spec.get("threads"), network=net,
+                                       record_every=every)
+    return build_s, len(range(0, n, every)), lambda ms: run(ms, raster=False)
+  if impl == "twin":
+    from benchmarks import _ei
+    build_s, run = _ei.pure_block_run("cuba", n, k, delay=delay, seed=seed)
+    return build_s, n, lambda ms: run(ms, raster=False)
+  import jax
+  from examples import cuba
+  mesh = jax.make_mesh((1,), ("x",), devices=jax.devices()[:1])
+  t0 = time.perf_counter()
+  net = cuba.EINetwork(mesh, "cuba", seed=seed, n=n, k=k, delay=delay,
+                       exchange="delay")
+  jax.block_until_ready(net.v.value)
+  build_s = time.perf_counter() - t0
+
+  def run(ms):  # EINetwork.run, counting instead of keeping the raster
+    calls = int(round(ms / net.params.dt)) // net.steps_per_call
+    return sum(int(np.asarray(c.out).sum())
+               for c in net.loop(1000).iterate(calls))
+
+  return build_s, n, run
+
+
+def _microcircuit(spec: dict):
+  """``(build_s, neurons recorded, run(ms) -> their spike count)`` of the
+  microcircuit at ``scale`` / ``k_scale``."""
+  scale, k_scale, seed = spec["scale"], spec["k_scale"], spec.get("seed", 1)
+  if spec["impl"] == "nest":
+    return _microcircuit_nest(scale, k_scale, seed, spec.get("threads"))
+  import jax
+  from examples.microcircuit import model
+  mesh = jax.make_mesh((1,), ("x",), devices=jax.devices()[:1])
+  t0 = time.perf_counter()
+  mc = model.Microcircuit(mesh, n_scale=scale, k_scale=k_scale, seed=seed)
+  jax.block_until_ready(mc.v.value)
+  build_s = time.perf_counter() - t0
+  runner = mc.runner()
+
+  def run(ms):
+    runner.reset_records()
+    spikes = runner.run(duration=ms)["spikes"]
+    return int(np.asarray(spikes.neurons).size)  # blocked or not: 1 a spike
+
+  return build_s, int(mc.net.neurons.sum()), run
+
+
+def _microcircuit_nest(scale, k_scale, seed, threads):
+  """The microcircuit as ``examples.microcircuit.nest_reference`` builds it
+  (NEST's own connection rules), timed run by run."""
+  from benchmarks import bench_nest
+  from examples.microcircuit import nest_reference as ref, params
+  nest = bench_nest._import_nest()
+  nest.ResetKernel()
+  dt = 0.1
+  nest.set(resolution=dt, rng_seed=int(seed), print_time=False,
+           local_num_threads=threads or len(os.sched_getaffinity(0)))
+  net = params.scaled(scale, k_scale)
+  t0 = time.perf_counter()
+  pops = ref._populations(nest, net)
+  ref._connect(nest, net, pops, dt)
+  recorders = nest.Create("spike_recorder", n=len(pops))
+  every = record_every(int(net.neurons.sum()))
+  for pop, rec in zip(pops, recorders):
+    nest.Connect(pop[::every], rec)
+  nest.Prepare()
+  build_s = time.perf_counter() - t0
+  recorded = sum(len(pop[::every]) for pop in pops)
+  seen = [0]
+
+  def run(ms):
+    nest.Run(ms)
+    total = int(sum(recorders.get("n_events")))
+    new, seen[0] = total - seen[0], total
+    return new
+
+  return build_s, recorded, run
+
+
+def measure(spec: dict) -> dict:
+  """Builds, warms up (``warmup_ms``) and times ``duration_ms`` of the
+  workload ``spec`` names, in this process."""
+  build = _cuba if spec["workload"] == "cuba" else _microcircuit
+  build_s, n, run = build(spec)
+  t0 = time.perf_counter()
+  run(spec.get("warmup_ms", 100.0))
+  warm_s = time.perf_counter() - t0
+  ms = spec["duration_ms"]
+  cpu0, t0 = _cpu_s(), time.perf_counter()
+  spikes = run(ms)
+  wall = time.perf_counter() - t0
+  cpu = _cpu_s() - cpu0
+  return dict(impl=spec["impl"], build_s=build_s, warmup_s=warm_s,
+              s_per_sim_s=wall / ms * 1e3, cpu_s_per_sim_s=cpu / ms * 1e3,
+              peak_rss_mb=_peak_rss_mb(), rate_hz=spikes / n / ms * 1e3,
+              recorded=n,
+              jax_imported="jax" in sys.modules)
+
+
+def export(spec: dict) -> dict:
+  """Writes the CUBA network (``bench_nest.export_network``) to
+  ``spec['network']`` for the NEST children."""
+  from benchmarks import bench_nest
+  np.savez(spec["network"], **bench_nest.export_network(
+      "cuba", spec["n"], spec.get("k", 80), spec.get("seed", 0)))
+  return dict(impl="export", network=spec["network"])
+
+
+def in_child(spec: dict) -> dict:
+  """:func:`measure` (or :func:`export`) in a fresh process; adds
+  ``child_cpu_s`` (user + sys of the whole child: import, build, compile,
+  warm-up and run) and ``child_wall_s``. A failed child is a row with
+  ``error`` (the last line of its stderr)."""
+  env = dict(os.environ, OMP_WAIT_POLICY="passive")
+  env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}"
+  cmd = [sys.executable, "-m", "benchmarks", "nest", "--child",
+         json.dumps(spec)]
+  before = resource.getrusage(resource.RUSAGE_CHILDREN)
+  t0 = time.perf_counter()
+  proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True,
+                        text=True, check=False)
+  wall = time.perf_counter() - t0
+  after = resource.getrusage(resource.RUSAGE_CHILDREN)
+  if proc.returncode:
+    lines = proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"]
+    return dict(impl=spec["impl"], error=lines[-1][:300],
+                stderr=proc.stderr[-3000:])
+  out = json.loads(proc.stdout.strip().splitlines()[-1])
+  out["child_cpu_s"] = (after.ru_utime - before.ru_utime
+                        + after.ru_stime - before.ru_stime)
+  out["child_wall_s"] = wall
+  return out
+
+
+def child_main(spec_json: str) -> dict:
+  """The ``--child`` entry point: prints the result as one JSON line."""
+  spec = json.loads(spec_json)
+  out = export(spec) if spec["impl"] == "export" else measure(spec)
+  print(json.dumps(out))
+  return out
