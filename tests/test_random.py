@@ -438,6 +438,17 @@ def test_permutation_of_an_unsplit_axis_is_the_unsharded_permutation():
   np.testing.assert_array_equal(got, ind)
 
 
+def test_unrolled_threefry_gives_the_primitives_bits():
+  # random_blocks draws with its own fused Threefry-2x32 on CPU (JAX's CPU
+  # lowering is a rolled loop, ~4x slower); the bits must be JAX's.
+  from brainshard._core import compat
+  from brainshard._simulation import random_blocks as rb
+  words = jax.random.bits(jax.random.key(9), (4, 1000), jnp.uint32)
+  want = compat.threefry2x32_p.bind(*words)
+  got = jax.jit(rb._threefry2x32)(*words)
+  np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
 def test_block_keys_carry_the_counter_into_the_high_word():
   from brainshard._core import compat
   from brainshard._simulation import random_blocks as rb

@@ -134,7 +134,7 @@ class RandomState(State):
 
   def __repr__(self) -> str:
     value = self._value
-    if isinstance(value, jax.Array) and not isinstance(value, jax.core.Tracer):
+    if isinstance(value, jax.Array) and not compat.is_traced(value):
       # the key itself (its data shows the seed), not only its type
       name = "" if self.name is None else f"name={self.name!r}, "
       return f"RandomState({name}key={value})"
@@ -283,7 +283,7 @@ def check(where: str, ok: Any, message: str, *params: Any) -> None:
   values = []
   for p in params:
     p = as_param(p)
-    if isinstance(p, jax.core.Tracer):
+    if compat.is_traced(p):
       return
     values.append(None if p is None else np.asarray(p))
   if not np.all(ok(*values)):
