@@ -351,3 +351,12 @@ def test_no_functools_caches():
 if __name__ == "__main__":  # python tests/test_architecture.py: the edges
   for a, b, line in sorted(set(import_edges())):
     print(f"{a} -> {b}  (line {line})")
+
+
+def test_no_module_is_over_400_lines():
+  # A module is one idea; past 400 lines it usually holds two (split by
+  # idea, as monitors.py / recorder.py, not by length).
+  long = {name: n for name, n in (
+      (str(path.relative_to(PKG)), len(path.read_text().splitlines()))
+      for path in PKG.rglob("*.py")) if n > 400}
+  assert not long, long

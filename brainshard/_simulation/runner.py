@@ -31,7 +31,8 @@ from brainshard._scaleout import checkpoint
 from brainshard._simulation.chunked import ChunkedLoop, restore
 from brainshard._transforms.jit import jit
 from brainshard._simulation.monitors import (
-    RateMonitor, Recorder, SpikeMonitor, StateMonitor)
+    RateMonitor, SpikeMonitor, StateMonitor)
+from brainshard._simulation.recorder import Recorder
 from brainshard._simulation.progress_chunks import ChunkBar, StopButton
 from brainshard._simulation.records import Result, Store
 from brainshard._simulation.runner_programs import ProgramWatch
