@@ -12,7 +12,10 @@ B C A, ...), ``--repeats`` rounds (``--repeats-large`` at 400 k neurons and
 at scale >= 0.5), and the table gives each figure's median over the rounds
 and the ratios brainshard / twin and brainshard / NEST of the medians.
 NEST runs with as many threads as this process has cores and
-``OMP_WAIT_POLICY=passive``; brainshard and the twin on one JAX CPU device.
+``OMP_WAIT_POLICY=passive``; brainshard and the twin on one JAX device (a
+GPU where JAX has one: the one-command GPU run of the full microcircuit is
+``python -m benchmarks nest --only microcircuit --impls brainshard
+--scales 1.0``).
 
 Writes ``benchmarks/results/nest.{md,json}`` (``--out``); ``--docs`` also replaces the
 generated table in docs/nest.md. The 1-minute load average is recorded
@@ -187,8 +190,14 @@ def machine(loads: list[float], threads: int) -> str:
   return (f"Measured {stamp} UTC on {platform.node()}: {os.cpu_count()} CPU cores"
           f"{mem}, {load}; jax {importlib.metadata.version('jax')}, "
           f"NEST {nest} with {threads} threads; brainshard and the twin on "
-          f"one JAX CPU device. Medians over the runs; each run a fresh "
+          f"one JAX device ({_jax_device()}). Medians over the runs; each run a fresh "
           f"process, the implementations interleaved.")
+
+
+def _jax_device() -> str:
+  """The device the children run on (a GPU where JAX has one)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  return jax.devices()[0].device_kind
 
 
 def _nest_version() -> str:
