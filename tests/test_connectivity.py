@@ -101,7 +101,10 @@ def test_index_layout(built):
     degrees.append(np.diff(indptr).max())
   assert idx.max_degree == max(degrees)
   assert idx.indptr.sharding.spec == jax.P('x')
-  assert idx.nbytes == 4 * (8 * (n + 1) + 4 * 8 * cap + 8)
+  # post uint16 (13 local), delay uint8 (<= 30 steps), receptor uint8 (3)
+  assert idx.post.dtype == np.uint16 and idx.delay.dtype == np.uint8
+  assert idx.receptor.dtype == np.uint8
+  assert idx.nbytes == 4 * 8 * (n + 1) + (2 + 4 + 1 + 1) * 8 * cap + 4 * 8
 
 
 def _reference_in_degree(seed, p, k, pre, post, weight, delay):
