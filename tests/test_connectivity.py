@@ -408,3 +408,28 @@ def test_build_output_is_unchanged(name, n_shards):
   idx = bm.connect(proj, bm.Layout(sizes, n_shards=n_shards), dt=DT, seed=7,
                    mesh=mesh, axis='x')
   assert _digest(idx) == PINNED[name]
+
+
+@pytest.mark.slow
+def test_narrow_index_delivers_like_the_int32_table():
+  """deliver reads the narrow fields (uint16 post, uint8 delay, no receptor
+  array): the ring buffer equals one filled from bm.synapses' int32 table,
+  in the same (presynaptic) order."""
+  from brainshard._models.delivery import deliver
+  proj = [bm.Projection('E', 'I', bm.FixedInDegree(5), weight=bm.Normal(
+      1.0, 0.5), delay=bm.Uniform(0.1, 2.0)),
+          bm.Projection('I', 'E', bm.FixedInDegree(2), weight=-1.5, delay=0.3)]
+  idx = build(1, proj)
+  assert (idx.post.dtype, idx.delay.dtype, idx.receptor) == (
+      np.uint16, np.uint8, None)
+  fired = np.zeros(idx.n_pre, bool)
+  fired[[0, 3, 40, 80, 85, 100]] = True
+  length = idx.max_delay
+  local = jax.tree.map(lambda a: jnp.asarray(np.asarray(a)), idx)  # 1 shard
+  buf = deliver(jnp.zeros((1, length, idx.n_local)), jnp.asarray(fired), 7,
+                local)
+  t = bm.synapses(idx)
+  want = np.zeros((1, length, idx.n_local), np.float32)
+  for s in np.flatnonzero(fired[t['pre']]):  # index order: by pre
+    want[0, (7 + t['delay'][s]) % length, t['post'][s]] += t['weight'][s]
+  np.testing.assert_array_equal(np.asarray(buf), want)
