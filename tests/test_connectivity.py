@@ -101,7 +101,10 @@ def test_index_layout(built):
     degrees.append(np.diff(indptr).max())
   assert idx.max_degree == max(degrees)
   assert idx.indptr.sharding.spec == jax.P('x')
-  assert idx.nbytes == 4 * (8 * (n + 1) + 4 * 8 * cap + 8)
+  # post uint16 (13 local), delay uint8 (<= 30 steps), receptor uint8 (3)
+  assert idx.post.dtype == np.uint16 and idx.delay.dtype == np.uint8
+  assert idx.receptor.dtype == np.uint8
+  assert idx.nbytes == 4 * 8 * (n + 1) + (2 + 4 + 1 + 1) * 8 * cap + 4 * 8
 
 
 def _reference_in_degree(seed, p, k, pre, post, weight, delay):
@@ -241,6 +244,42 @@ def test_redrawn_normal_is_truncated_not_clipped():
   assert abs(x.mean() - mean) < 5 * x.std() / math.sqrt(x.size)
 
 
+def test_field_dtypes_are_the_narrowest_that_hold_the_sizes():
+  from brainshard._models.index import field_dtypes
+  f = lambda *a: tuple(field_dtypes(*a).values())
+  # post: n_local itself marks an unused slot, so uint16 up to 65,535.
+  assert f(65535, 255, 2) == (np.uint16, np.uint8, np.uint8)
+  assert f(65536, 256, 1) == (np.int32, np.uint16, None)
+  assert f(10, 65536, 257) == (np.uint16, np.int32, np.uint16)
+
+
+def _delay_network():
+  """Delays 0.1-40 ms (up to 400 steps), one receptor."""
+  return [bm.Projection('E', 'I', bm.FixedInDegree(6), weight=0.5,
+                        delay=bm.Uniform(0.1, 40.0)),
+          bm.Projection('I', 'E', bm.Explicit([0, 1], [2, 3], delay=[0.3, 2.0]),
+                        weight=-1.0)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bound", [1, 10**6])
+def test_delay_field_is_refilled_or_narrowed_when_the_bound_misses(
+    monkeypatch, bound):
+  """The delay dtype is picked from a bound before the fill; a bound too
+  small (delays wrapped in uint8) fills again, one too large narrows: the
+  same synapses either way, in the dtype of the true largest delay."""
+  from brainshard._models import connectivity
+  want = bm.synapses(build(2, _delay_network()))
+  assert want['delay'].max() > 255  # needs uint16
+  monkeypatch.setattr(connectivity, "_delay_bound", lambda *a: bound)
+  idx = build(2, _delay_network())
+  assert idx.delay.dtype == np.uint16 and idx.receptor is None
+  got = bm.synapses(idx)
+  for k in want:
+    np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+  assert (got['receptor'] == 0).all() and idx.max_delay == want['delay'].max()
+
+
 def test_delays_round_half_up_to_steps():
   proj = [bm.Projection('E', 'E', bm.Explicit([0, 1, 2], [0, 0, 0],
                                                delay=[0.15, 0.249, 0.25]))]
@@ -369,3 +408,28 @@ def test_build_output_is_unchanged(name, n_shards):
   idx = bm.connect(proj, bm.Layout(sizes, n_shards=n_shards), dt=DT, seed=7,
                    mesh=mesh, axis='x')
   assert _digest(idx) == PINNED[name]
+
+
+@pytest.mark.slow
+def test_narrow_index_delivers_like_the_int32_table():
+  """deliver reads the narrow fields (uint16 post, uint8 delay, no receptor
+  array): the ring buffer equals one filled from bm.synapses' int32 table,
+  in the same (presynaptic) order."""
+  from brainshard._models.delivery import deliver
+  proj = [bm.Projection('E', 'I', bm.FixedInDegree(5), weight=bm.Normal(
+      1.0, 0.5), delay=bm.Uniform(0.1, 2.0)),
+          bm.Projection('I', 'E', bm.FixedInDegree(2), weight=-1.5, delay=0.3)]
+  idx = build(1, proj)
+  assert (idx.post.dtype, idx.delay.dtype, idx.receptor) == (
+      np.uint16, np.uint8, None)
+  fired = np.zeros(idx.n_pre, bool)
+  fired[[0, 3, 40, 80, 85, 100]] = True
+  length = idx.max_delay
+  local = jax.tree.map(lambda a: jnp.asarray(np.asarray(a)), idx)  # 1 shard
+  buf = deliver(jnp.zeros((1, length, idx.n_local)), jnp.asarray(fired), 7,
+                local)
+  t = bm.synapses(idx)
+  want = np.zeros((1, length, idx.n_local), np.float32)
+  for s in np.flatnonzero(fired[t['pre']]):  # index order: by pre
+    want[0, (7 + t['delay'][s]) % length, t['post'][s]] += t['weight'][s]
+  np.testing.assert_array_equal(np.asarray(buf), want)

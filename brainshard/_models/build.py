@@ -210,37 +210,45 @@ def _values(group, m, i, keys):
 
 def _write(out, m, i, lo, hi, n_pre, capacity, group):
   """Writes one chunk in place: ``out`` = (post, weight, delay, receptor,
-  dmin, dmax, cursor)."""
+  dmin, dmax, cursor); values are cast to the fields' dtypes (``receptor``
+  None: one receptor, nothing to write). A delay too large for its field
+  wraps, but ``dmax`` holds the true value (the caller checks it)."""
   post_a, w_a, d_a, r_a, dmin, dmax, cursor = out
   keys, pre, post, ok = _local(m, i, lo, hi, n_pre)
   w, d = _values(group, m, i, keys)
   order, sp, rank = _rank(pre.ravel(), m["ints"][1], group.pre_range)
   j = jnp.minimum(sp, n_pre - 1)
   pos = jnp.where(sp < n_pre, cursor[j] + rank, capacity)
-  put = lambda a, v: a.at[pos].set(v.ravel()[order], mode="drop")
+  put = lambda a, v: a.at[pos].set(v.ravel()[order].astype(a.dtype),
+                                   mode="drop")
   p = m["ints"][0]
   big = jnp.iinfo(jnp.int32).max
-  return (put(post_a, post), put(w_a, w), put(d_a, d),
-          r_a.at[pos].set(m["ints"][6], mode="drop"),
+  if r_a is not None:
+    r_a = r_a.at[pos].set(m["ints"][6].astype(r_a.dtype), mode="drop")
+  return (put(post_a, post), put(w_a, w), put(d_a, d), r_a,
           dmin.at[p].min(jnp.where(ok, d, big).min()),
           dmax.at[p].max(jnp.where(ok, d, -1).max()),
           cursor.at[pre.ravel()].add(1, mode="drop"))
 
 
 def fill_pass(specs: Sequence[Spec], *, seed: int, axis: str, n_local: int,
-              n_pre: int, capacity: int, dt: float):
+              n_pre: int, capacity: int, dt: float, dtypes: dict):
   """The per-shard function of pass 2: ``(indptr, *explicit arrays) ->
   (post, weight, delay, receptor [capacity], dmin, dmax [n_projections])``
   (``dmin``/``dmax``: the projection's shortest and longest delay on this
-  shard, in steps; ``int32 max`` / -1 where it has none)."""
+  shard, in steps; ``int32 max`` / -1 where it has none). ``dtypes``: the
+  dtypes of ``post``, ``delay`` and ``receptor`` (``index.field_dtypes``;
+  receptor None: not written, returned as None)."""
   n_proj = len(specs)
 
   def run(indptr, *args):
     lo, hi = _shard(axis, n_local)
     seed_key = jax.random.key(seed)
-    out = (jnp.full(capacity, n_local, jnp.int32),
-           jnp.zeros(capacity, jnp.float32), jnp.zeros(capacity, jnp.int32),
-           jnp.zeros(capacity, jnp.int32),
+    rec = dtypes["receptor"]
+    out = (jnp.full(capacity, n_local, dtypes["post"]),
+           jnp.zeros(capacity, jnp.float32),
+           jnp.zeros(capacity, dtypes["delay"]),
+           None if rec is None else jnp.zeros(capacity, rec),
            jnp.full(n_proj, jnp.iinfo(jnp.int32).max, jnp.int32),
            jnp.full(n_proj, -1, jnp.int32))
     out = _varying(out, axis) + (indptr[:n_pre],)

@@ -34,8 +34,8 @@ from brainshard._scaleout.multihost import gather
 from brainshard._transforms.jit import jit
 from brainshard._transforms.shard_map import shard_map
 from brainshard._models.build import Spec, count_pass, fill_pass
-from brainshard._models.distributions import with_lower
-from brainshard._models.index import SynapseIndex
+from brainshard._models.distributions import Normal, Uniform, with_lower
+from brainshard._models.index import SynapseIndex, field_dtypes
 from brainshard._models.layout import Layout
 from brainshard._models.plans import (
     BernoulliPlan, ExplicitPlan, InDegreePlan, OutDegreePlan,
@@ -197,26 +197,75 @@ def connect(projections: Sequence[Projection], layout: Layout, *, dt: float,
       in_specs=rep, out_specs=P(axis))(*args)
   count_h, degree_h = jax.device_get((count, degree))  # 2S scalars
   capacity = max(1, int(count_h.max()))
-  fill = jit(shard_map(
-      _with_none(fill_pass(specs, capacity=capacity, dt=float(dt), **kw),
-                 arrays, first=1), mesh=mesh,
-      in_specs=(P(axis),) + rep, out_specs=P(axis))).compile(indptr, *args)
-  _release_freed_heap()  # the compiler's freed pages, before the index
-  post, weight, delay, receptor, dmin, dmax = fill(indptr, *args)
-  dmin = np.asarray(dmin).reshape(S, -1).min(0) if specs else np.ones(1)
-  dmax = np.asarray(dmax).reshape(S, -1).max(0) if specs else np.ones(1)
-  for label, lo_d in zip(labels, dmin):
-    if lo_d < 1:
-      raise ValueError(f"{label}: a delay rounds to {lo_d} steps of dt={dt} "
-                       "ms; delays must be >= dt.")
-  used = dmax >= 1  # projections with synapses
   n_receptors = 1 + max([int(p.receptor) for p in projections] or [0])
+  # The delay field's dtype must be fixed before the fill: take it from an
+  # upper bound of the delays; the fill reports the true largest delay, and
+  # the rare bound that was too small (a wrapped delay) fills again.
+  dtypes = field_dtypes(n_local, _delay_bound(specs, arrays, float(dt)),
+                        n_receptors)
+  while True:
+    out = _fill(specs, dtypes, mesh, axis, capacity, float(dt), kw, arrays,
+                indptr, args)
+    post, weight, delay, receptor, dmin, dmax = out
+    dmin = np.asarray(dmin).reshape(S, -1).min(0) if specs else np.ones(1)
+    dmax = np.asarray(dmax).reshape(S, -1).max(0) if specs else np.ones(1)
+    for label, lo_d in zip(labels, dmin):
+      if lo_d < 1:
+        raise ValueError(f"{label}: a delay rounds to {lo_d} steps of "
+                         f"dt={dt} ms; delays must be >= dt.")
+    used = dmax >= 1  # projections with synapses
+    max_delay = int(dmax[used].max()) if used.any() else 1
+    want = field_dtypes(n_local, max_delay, n_receptors)["delay"]
+    if np.dtype(want).itemsize <= np.dtype(dtypes["delay"]).itemsize:
+      break
+    del out, post, weight, delay, receptor
+    dtypes = dict(dtypes, delay=want)
+  if want != dtypes["delay"]:  # the bound was loose: one narrow copy
+    delay = delay.astype(want)
   return SynapseIndex(
       indptr, post, weight, delay, receptor, count, n_pre=n_pre,
       n_local=n_local, n_shards=S, capacity=capacity,
       min_delay=int(dmin[used].min()) if used.any() else 1,
-      max_delay=int(dmax[used].max()) if used.any() else 1,
-      n_receptors=n_receptors, max_degree=int(degree_h.max()))
+      max_delay=max_delay, n_receptors=n_receptors,
+      max_degree=int(degree_h.max()))
+
+
+def _fill(specs, dtypes, mesh, axis, capacity, dt, kw, arrays, indptr, args):
+  """Pass 2, compiled ahead and run: the index's per-synapse arrays."""
+  rep = (P(),) * len(args)
+  fill = jit(shard_map(
+      _with_none(fill_pass(specs, capacity=capacity, dt=dt, dtypes=dtypes,
+                           **kw), arrays, first=1), mesh=mesh,
+      in_specs=(P(axis),) + rep, out_specs=P(axis))).compile(indptr, *args)
+  _release_freed_heap()  # the compiler's freed pages, before the index
+  return fill(indptr, *args)
+
+
+# A counter normal's |z| stays below 5.5 (its uniforms keep 2**-25 from 0
+# and 1); a bound above it only widens a dtype, never changes a delay.
+_Z_MAX = 6.5
+
+
+def _delay_bound(specs, arrays, dt: float) -> int:
+  """An upper bound of the delays' steps, from the projections' values: a
+  number itself, a distribution its upper redraw bound or (Normal) its
+  mean + 6.5 std, (Uniform) its high end; explicit delays their maximum."""
+  bound = 1
+  for spec in specs:
+    steps = arrays[spec.arrays + 3] if spec.arrays >= 0 else None
+    if steps is not None:
+      top = int(np.asarray(steps).max(initial=1))
+    else:
+      d = spec.delay
+      if isinstance(d, Normal):
+        ms = min(d.upper, d.mean + _Z_MAX * d.std)
+      elif isinstance(d, Uniform):
+        ms = min(d.upper, d.high)
+      else:
+        ms = float(d)
+      top = _delay_steps(ms, dt) if math.isfinite(ms) else 2**31 - 1
+    bound = max(bound, top)
+  return min(bound, 2**31 - 1)
 
 
 def _release_freed_heap() -> None:
@@ -247,8 +296,9 @@ def _with_none(fun, arrays, first=0):
 def synapses(index: SynapseIndex) -> dict[str, np.ndarray]:
   """Every synapse of ``index`` on the host, in index order (shard, then
   presynaptic id, then generation order): ``pre``, ``post`` (global ids),
-  ``weight``, ``delay`` (steps), ``receptor``. For tests and export (e.g.
-  to NEST); it copies the whole index to the host.
+  ``weight``, ``delay`` (steps), ``receptor``: int32 and float32 columns
+  whatever the index's field dtypes. For tests and export (e.g. to NEST);
+  it copies the whole index to the host.
 
   Example:
     >>> import jax, brainshard as bs
@@ -270,7 +320,9 @@ def synapses(index: SynapseIndex) -> dict[str, np.ndarray]:
     cols["pre"].append(np.repeat(np.arange(n, dtype=np.int32),
                                  np.diff(indptr)))
     sl = slice(s * cap, s * cap + used)
-    cols["post"].append(h["post"][sl] + s * index.n_local)
-    for k in ("weight", "delay", "receptor"):
-      cols[k].append(h[k][sl])
+    cols["post"].append(h["post"][sl].astype(np.int32) + s * index.n_local)
+    cols["weight"].append(h["weight"][sl])
+    cols["delay"].append(h["delay"][sl].astype(np.int32))
+    cols["receptor"].append(np.zeros(used, np.int32) if h["receptor"] is None
+                            else h["receptor"][sl].astype(np.int32))
   return {k: np.concatenate(v) for k, v in cols.items()}

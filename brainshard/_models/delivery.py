@@ -86,8 +86,10 @@ def deliver_ids(buf: jax.Array, ids: jax.Array, t, index: SynapseIndex
   deg = index.indptr[jnp.minimum(ids + 1, n_pre)] - start
   pos = jnp.minimum(start[:, None] + lanes, max(cap - 1, 0))
   ok = lanes < deg[:, None]
-  slot = (jnp.asarray(t, jnp.int32) + index.delay[pos]) % length
-  flat = (index.receptor[pos] * length + slot) * n_local + index.post[pos]
+  # Index fields are narrow (uint8/uint16, see index.field_dtypes): widen.
+  slot = (jnp.asarray(t, jnp.int32) + index.delay[pos].astype(jnp.int32)) % length
+  rec = 0 if index.receptor is None else index.receptor[pos].astype(jnp.int32)
+  flat = (rec * length + slot) * n_local + index.post[pos].astype(jnp.int32)
   # Row-major [fired, lane]: the scatter adds in CSR order, which is the
   # global presynaptic order; masked lanes go out of range and are dropped.
   flat = jnp.where(ok, flat, n_rec * length * n_local)

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from brainshard._models.index import SynapseIndex
+from brainshard._models.index import SynapseIndex, field_dtypes
 
 __all__ = ["index_from_arrays"]
 
@@ -34,7 +34,8 @@ def index_from_arrays(pre: Any, post: Any, weight: Any, delay: Any,
   """The per-shard CSR of synapses ``pre[k] -> post[k]`` (global ids in
   ``[0, n)``, ``n`` = the padded axis, a multiple of ``n_shards``) with
   ``weight[k]``, ``delay[k]`` (steps, >= 1) and ``receptor[k]`` (default
-  0). With ``mesh`` the arrays are placed ``P(axis)`` on it."""
+  0). With ``mesh`` the arrays are placed ``P(axis)`` on it. Field dtypes
+  as ``connect``'s (``index.field_dtypes``)."""
   pre, post = (np.asarray(a, np.int64).ravel() for a in (pre, post))
   weight = np.asarray(weight, np.float32).ravel()
   delay = np.asarray(delay, np.int64).ravel()
@@ -50,9 +51,10 @@ def index_from_arrays(pre: Any, post: Any, weight: Any, delay: Any,
   counts = np.bincount(shard, minlength=n_shards)
   cap = max(int(counts.max(initial=0)), 1)
   indptr = np.zeros((n_shards, n + 1), np.int32)
+  dtypes = field_dtypes(n_local, int(delay.max(initial=1)), n_rec)
   cols = {k: np.zeros((n_shards, cap), dt) for k, dt in (
-      ("post", np.int32), ("weight", np.float32), ("delay", np.int32),
-      ("receptor", np.int32))}
+      ("post", dtypes["post"]), ("weight", np.float32),
+      ("delay", dtypes["delay"]), ("receptor", dtypes["receptor"] or np.uint8))}
   cols["post"][:] = n_local
   max_degree = 0
   for s in range(n_shards):
@@ -67,8 +69,11 @@ def index_from_arrays(pre: Any, post: Any, weight: Any, delay: Any,
     cols["delay"][s, :m] = delay[sel]
     cols["receptor"][s, :m] = receptor[sel]
   put = _placer(mesh, axis)
+  rec = cols.pop("receptor")  # one receptor: no array (as connect)
   return SynapseIndex(
-      indptr=put(indptr.ravel()), **{k: put(v.ravel()) for k, v in cols.items()},
+      indptr=put(indptr.ravel()),
+      receptor=None if dtypes["receptor"] is None else put(rec.ravel()),
+      **{k: put(v.ravel()) for k, v in cols.items()},
       count=put(counts.astype(np.int32)), n_pre=n, n_local=n_local,
       n_shards=n_shards, capacity=cap,
       min_delay=int(delay.min()) if delay.size else 1,
