@@ -49,12 +49,13 @@ _UINT = {8: jnp.uint8, 16: jnp.uint16, 32: jnp.uint32, 64: jnp.uint64}
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 
 
-def _threefry2x32_unrolled(k1, k2, x1, x2):
-  """Threefry-2x32 with 20 rounds, written out (the same bits as
-  ``threefry2x32_p``). JAX lowers the primitive on CPU as a rolled loop of
-  5 iterations, which XLA:CPU runs as separate passes over the operands:
-  ~4x slower than these fused rounds (a 7,717-element draw: ~400 vs ~100
-  us a step), and a Poisson background draws one every step."""
+def _threefry2x32(k1, k2, x1, x2):
+  """Threefry-2x32 with 20 rounds, written out: the bits of
+  ``threefry2x32_p``. JAX lowers that primitive on CPU as a rolled loop of
+  5 iterations, which XLA:CPU runs as separate passes over the operands,
+  ~1.5-4x slower than these fused rounds (a Poisson background draws every
+  step). Elsewhere JAX's default lowering is this same unrolled form; and
+  jnp ops keep shard_map's varying axes, which the primitive's outputs drop."""
   ks = (k1, k2, k1 ^ k2 ^ jnp.uint32(0x1BD11BDA))
   x1, x2 = x1 + ks[0], x2 + ks[1]
   for group in range(5):
@@ -66,13 +67,6 @@ def _threefry2x32_unrolled(k1, k2, x1, x2):
     x1 = x1 + ks[(group + 1) % 3]
     x2 = x2 + ks[(group + 2) % 3] + jnp.uint32(group + 1)
   return x1, x2
-
-
-def _threefry2x32(k1, k2, x1, x2):
-  # Other platforms keep JAX's lowering (a fused kernel on GPU).
-  return lax.platform_dependent(
-      k1, k2, x1, x2, cpu=_threefry2x32_unrolled,
-      default=lambda *a: tuple(compat.threefry2x32_p.bind(*a)))
 
 
 def _bits(data, bit_width, shape):
