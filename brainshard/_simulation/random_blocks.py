@@ -68,11 +68,20 @@ def _threefry2x32_unrolled(k1, k2, x1, x2):
   return x1, x2
 
 
+def _threefry2x32_prim(*args):
+  # The primitive's outputs drop the inputs' shard_map varying axes, and
+  # platform_dependent needs both branches' types equal (8-device runs).
+  vma = frozenset().union(*(compat.varying_axes(jax.typeof(a)) for a in args))
+  out = compat.threefry2x32_p.bind(*args)
+  miss = [tuple(sorted(vma - compat.varying_axes(jax.typeof(y)))) for y in out]
+  return tuple(lax.pcast(y, m, to="varying") if m else y
+               for y, m in zip(out, miss))
+
+
 def _threefry2x32(k1, k2, x1, x2):
   # Other platforms keep JAX's lowering (a fused kernel on GPU).
   return lax.platform_dependent(
-      k1, k2, x1, x2, cpu=_threefry2x32_unrolled,
-      default=lambda *a: tuple(compat.threefry2x32_p.bind(*a)))
+      k1, k2, x1, x2, cpu=_threefry2x32_unrolled, default=_threefry2x32_prim)
 
 
 def _bits(data, bit_width, shape):
