@@ -82,13 +82,15 @@ def deliver_ids(buf: jax.Array, ids: jax.Array, t, index: SynapseIndex
   n_rec, length, n_local = buf.shape
   n_pre = index.indptr.shape[0] - 1
   cap = index.post.shape[0]
+  i32 = lambda x: x.astype(jnp.int32)  # noqa: E731 (narrow index dtypes)
   lanes = jnp.arange(index.max_degree, dtype=jnp.int32)
-  start = index.indptr[ids]  # ids = n_pre reads indptr[n_pre]: degree 0
-  deg = index.indptr[jnp.minimum(ids + 1, n_pre)] - start
+  start = i32(index.indptr[ids])  # ids = n_pre reads indptr[n_pre]: degree 0
+  deg = i32(index.indptr[jnp.minimum(ids + 1, n_pre)]) - start
   pos = jnp.minimum(start[:, None] + lanes, max(cap - 1, 0))
   ok = lanes < deg[:, None]
-  slot = (jnp.asarray(t, jnp.int32) + index.delay[pos]) % length
-  flat = (index.receptor[pos] * length + slot) * n_local + index.post[pos]
+  slot = (jnp.asarray(t, jnp.int32) + i32(index.delay[pos])) % length
+  flat = (i32(index.receptor[pos]) * length + slot) * n_local + i32(
+      index.post[pos])
   # Row-major [fired, lane]: the scatter adds in CSR order, which is the
   # global presynaptic order; masked lanes go out of range and are dropped.
   flat = jnp.where(ok, flat, n_rec * length * n_local)
@@ -144,15 +146,17 @@ def deliver(buf: jax.Array, fired: jax.Array, t, index: SynapseIndex,
   (bool) of step ``t``, visiting only the neurons that fired.
 
   The fired ids are found ``max(sizes)`` at a time (one pass unless more
-  fired) and delivered by :func:`deliver_windows`: a ``while`` loop over
-  the fired neurons, each row in windows of ``width`` slots. Loops update
+  fired) and delivered in a ``while`` loop: rows of up to ``width / 2``
+  synapses ``width // max_degree`` neurons per iteration (lanes padded to
+  ``max_degree``), longer rows one neuron at a time in windows of ``width``
+  slots (:func:`deliver_windows`). Loops update
   the buffer in place, whereas a ``lax.cond`` with the buffer as operand
   copies it (``R * L * n_local`` floats) on XLA:CPU every step. Pass
   ``index`` as an argument (e.g. from a State), not as constants closed
   over by a jit: baked-in index arrays made these loops 20-30x slower on
-  XLA:CPU. (``chunk`` is accepted for compatibility and ignored: lanes
-  padded to ``max_degree`` for ``chunk`` neurons cost ~10x the events at
-  the microcircuit's degrees.)
+  XLA:CPU. (``chunk`` is accepted for compatibility and ignored: 16
+  neurons x ``max_degree`` lanes an iteration cost ~10x the events at the
+  microcircuit's degrees, max 6,723 and ~3,900 on average.)
   """
   del chunk
   n_pre = index.indptr.shape[0] - 1
@@ -163,14 +167,26 @@ def deliver(buf: jax.Array, fired: jax.Array, t, index: SynapseIndex,
   if index.post.shape[0] == 0 or index.max_degree == 0:
     return buf
   cap = min(max(sizes), n_pre)
+  # Short rows (at most width / 2 synapses per neuron): several neurons per
+  # iteration, lanes padded to max_degree; long rows: windows of a row.
+  chunk = min(width // index.max_degree, cap)
+  if chunk >= 2:
+    cap = -(-cap // chunk) * chunk
   ids_of = jnp.arange(n_pre, dtype=jnp.int32)
 
   def one_pass(carry, masked=True):
     buf, start, left = carry
     ids = first_fired(fired & (ids_of >= start) if masked else fired, left,
                       cap, sizes)
+    ids = jnp.pad(ids, (0, cap - ids.shape[0]), constant_values=n_pre)
     done = jnp.minimum(left, cap)
-    buf = deliver_windows(buf, ids, done, t, index, width)
+    if chunk >= 2:
+      part = lambda k, b: deliver_ids(  # noqa: E731
+          b, jax.lax.dynamic_slice_in_dim(ids, k * chunk, chunk), t, index)
+      buf = jax.lax.fori_loop(0, (done + chunk - 1) // chunk, part, buf)
+    else:
+      buf = deliver_windows(buf, ids, done, t, index,
+                            min(width, index.max_degree))
     return buf, ids[cap - 1] + 1, left - done
 
   left = jnp.sum(fired, dtype=jnp.int32)
