@@ -96,11 +96,11 @@ def test_deliver_matches_numpy_bit_for_bit():
                                 ref_ring(syn, fired, n, length))
 
 
-@pytest.mark.parametrize("width", [1, 5, 64, 1024])
+@pytest.mark.parametrize("width", [1, 5, 64, 1024, None])
 def test_deliver_windows_match_numpy_with_narrow_index_dtypes(width):
   """Rows longer than a window (several windows, the last one clamped at
   the end of the index), short rows several per iteration (width 1024),
-  and narrow index dtypes (uint8 delay, int8 receptor, int16 post): the
+  16 neurons an iteration (width None, the non-CPU path) and narrow index dtypes (uint8 delay, int8 receptor, int16 post): the
   buffer equals the NumPy one exactly."""
   import dataclasses
   rng = np.random.default_rng(3)

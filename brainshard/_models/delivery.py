@@ -140,8 +140,8 @@ def deliver_windows(buf: jax.Array, ids: jax.Array, count, t,
 
 
 def deliver(buf: jax.Array, fired: jax.Array, t, index: SynapseIndex,
-            sizes: Sequence[int] = EVENT_SIZES, width: int = 1024,
-            chunk: int | None = None) -> jax.Array:
+            sizes: Sequence[int] = EVENT_SIZES, width: int | None = 1024,
+            chunk: int = 16) -> jax.Array:
   """:func:`deliver_ids` for the global spike vector ``fired [n_pre]``
   (bool) of step ``t``, visiting only the neurons that fired.
 
@@ -154,11 +154,11 @@ def deliver(buf: jax.Array, fired: jax.Array, t, index: SynapseIndex,
   copies it (``R * L * n_local`` floats) on XLA:CPU every step. Pass
   ``index`` as an argument (e.g. from a State), not as constants closed
   over by a jit: baked-in index arrays made these loops 20-30x slower on
-  XLA:CPU. (``chunk`` is accepted for compatibility and ignored: 16
-  neurons x ``max_degree`` lanes an iteration cost ~10x the events at the
-  microcircuit's degrees, max 6,723 and ~3,900 on average.)
+  XLA:CPU. ``width=None`` delivers ``chunk`` neurons per iteration
+  whatever the rows (for GPUs, where every loop iteration costs kernel
+  launches; on a CPU, 16 neurons x ``max_degree`` lanes cost ~10x the
+  events at the microcircuit's degrees, max 6,723 and ~3,900 on average).
   """
-  del chunk
   n_pre = index.indptr.shape[0] - 1
   if fired.shape != (n_pre,):
     raise ValueError(
@@ -169,8 +169,10 @@ def deliver(buf: jax.Array, fired: jax.Array, t, index: SynapseIndex,
   cap = min(max(sizes), n_pre)
   # Short rows (at most width / 2 synapses per neuron): several neurons per
   # iteration, lanes padded to max_degree; long rows: windows of a row.
-  chunk = min(width // index.max_degree, cap)
-  if chunk >= 2:
+  if width is not None:
+    chunk = width // index.max_degree
+  chunk = min(chunk, cap)
+  if width is None or chunk >= 2:
     cap = -(-cap // chunk) * chunk
   ids_of = jnp.arange(n_pre, dtype=jnp.int32)
 
@@ -180,7 +182,7 @@ def deliver(buf: jax.Array, fired: jax.Array, t, index: SynapseIndex,
                       cap, sizes)
     ids = jnp.pad(ids, (0, cap - ids.shape[0]), constant_values=n_pre)
     done = jnp.minimum(left, cap)
-    if chunk >= 2:
+    if width is None or chunk >= 2:
       part = lambda k, b: deliver_ids(  # noqa: E731
           b, jax.lax.dynamic_slice_in_dim(ids, k * chunk, chunk), t, index)
       buf = jax.lax.fori_loop(0, (done + chunk - 1) // chunk, part, buf)
