@@ -91,7 +91,34 @@ def test_deliver_matches_numpy_bit_for_bit():
   def run(fired):
     buf = jnp.zeros((2, length, n), jnp.float32)
     return jax.lax.fori_loop(0, steps, lambda t, b: deliver(
-        b, fired[t], t, idx, sizes=(2, 8), chunk=4), buf)
+        b, fired[t], t, idx, sizes=(2, 8)), buf)
+  np.testing.assert_array_equal(np.asarray(run(fired)),
+                                ref_ring(syn, fired, n, length))
+
+
+@pytest.mark.parametrize("width", [1, 5, 64, 1024, None])
+def test_deliver_windows_match_numpy_with_narrow_index_dtypes(width):
+  """Rows longer than a window (several windows, the last one clamped at
+  the end of the index), short rows several per iteration (width 1024),
+  16 neurons an iteration (width None, the non-CPU path) and narrow index dtypes (uint8 delay, int8 receptor, int16 post): the
+  buffer equals the NumPy one exactly."""
+  import dataclasses
+  rng = np.random.default_rng(3)
+  n, steps = 40, 4
+  syn = random_synapses(rng, n, n, 9, delays=(1, 6))
+  idx = index_from_arrays(**syn, n=n, n_receptors=2)
+  idx = dataclasses.replace(
+      idx, delay=idx.delay.astype(jnp.uint8),
+      receptor=idx.receptor.astype(jnp.int8), post=idx.post.astype(jnp.int16))
+  length = ring_length(idx.max_delay)
+  fired = rng.random((steps, n)) < np.array([0.05, 0.3, 1.0, 0.0])[:, None]
+  fired[0, n - 1] = True  # the last row: its windows end at the capacity
+
+  @jax.jit
+  def run(fired):
+    buf = jnp.zeros((2, length, n), jnp.float32)
+    return jax.lax.fori_loop(0, steps, lambda t, b: deliver(
+        b, fired[t], t, idx, sizes=(2, 8), width=width), buf)
   np.testing.assert_array_equal(np.asarray(run(fired)),
                                 ref_ring(syn, fired, n, length))
 

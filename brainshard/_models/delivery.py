@@ -41,7 +41,8 @@ import numpy as np
 from brainshard._models.events import EVENT_SIZES, first_fired
 from brainshard._models.index import SynapseIndex
 
-__all__ = ["deliver", "deliver_ids", "delay_steps", "ring_length"]
+__all__ = ["deliver", "deliver_ids", "deliver_windows", "delay_steps",
+           "ring_length"]
 
 
 def delay_steps(delay_ms: Any, dt: float) -> np.ndarray:
@@ -81,15 +82,16 @@ def deliver_ids(buf: jax.Array, ids: jax.Array, t, index: SynapseIndex
   n_rec, length, n_local = buf.shape
   n_pre = index.indptr.shape[0] - 1
   cap = index.post.shape[0]
+  i32 = lambda x: x.astype(jnp.int32)  # noqa: E731 (narrow index dtypes)
   lanes = jnp.arange(index.max_degree, dtype=jnp.int32)
-  start = index.indptr[ids]  # ids = n_pre reads indptr[n_pre]: degree 0
-  deg = index.indptr[jnp.minimum(ids + 1, n_pre)] - start
+  start = i32(index.indptr[ids])  # ids = n_pre reads indptr[n_pre]: degree 0
+  deg = i32(index.indptr[jnp.minimum(ids + 1, n_pre)]) - start
   pos = jnp.minimum(start[:, None] + lanes, max(cap - 1, 0))
   ok = lanes < deg[:, None]
   # Index fields are narrow (uint8/uint16, see index.field_dtypes): widen.
-  slot = (jnp.asarray(t, jnp.int32) + index.delay[pos].astype(jnp.int32)) % length
-  rec = 0 if index.receptor is None else index.receptor[pos].astype(jnp.int32)
-  flat = (rec * length + slot) * n_local + index.post[pos].astype(jnp.int32)
+  slot = (jnp.asarray(t, jnp.int32) + i32(index.delay[pos])) % length
+  rec = 0 if index.receptor is None else i32(index.receptor[pos])
+  flat = (rec * length + slot) * n_local + i32(index.post[pos])
   # Row-major [fired, lane]: the scatter adds in CSR order, which is the
   # global presynaptic order; masked lanes go out of range and are dropped.
   flat = jnp.where(ok, flat, n_rec * length * n_local)
@@ -98,18 +100,65 @@ def deliver_ids(buf: jax.Array, ids: jax.Array, t, index: SynapseIndex
   return out.reshape(buf.shape)
 
 
+def deliver_windows(buf: jax.Array, ids: jax.Array, count, t,
+                    index: SynapseIndex, width: int = 1024) -> jax.Array:
+  """:func:`deliver_ids` for the first ``count`` of ``ids`` (a traced int),
+  one presynaptic neuron at a time, its CSR row in windows of ``width``
+  consecutive slots: contiguous slices of the index, no lanes padded to
+  ``max_degree``. Same additions in the same order as ``deliver_ids``."""
+  n_rec, length, n_local = buf.shape
+  cap = index.post.shape[0]
+  width = max(1, min(int(width), cap))
+  lane = jnp.arange(width, dtype=jnp.int32)
+  t_slot = jnp.asarray(t, jnp.int32) % length
+  size = n_rec * length * n_local
+  i32 = lambda x: x.astype(jnp.int32)  # noqa: E731 (narrow index dtypes)
+  indptr = i32(index.indptr)
+
+  def neuron(k, flat):
+    j = ids[k]
+    lo, hi = indptr[j], indptr[j + 1]
+
+    def window(w, flat):
+      first = lo + w * width
+      # A slice past the end would be shifted back by dynamic_slice: start
+      # it at most at cap - width and mask the slots before `first`.
+      s = jnp.minimum(first, cap - width)
+      take = lambda a: jax.lax.dynamic_slice_in_dim(a, s, width)  # noqa: E731
+      pos = s + lane
+      slot = t_slot + i32(take(index.delay))  # delay <= max_delay <= length
+      slot = jnp.where(slot >= length, slot - length, slot)
+      rec = 0 if index.receptor is None else i32(take(index.receptor))
+      dst = (rec * length + slot) * n_local + i32(take(index.post))
+      dst = jnp.where((pos >= first) & (pos < hi), dst, size)
+      return flat.at[dst].add(take(index.weight).astype(flat.dtype),
+                              mode="drop")
+
+    return jax.lax.fori_loop(0, (hi - lo + width - 1) // width, window, flat)
+
+  flat = jax.lax.fori_loop(0, count, neuron, buf.reshape(-1))
+  return flat.reshape(buf.shape)
+
+
 def deliver(buf: jax.Array, fired: jax.Array, t, index: SynapseIndex,
-            sizes: Sequence[int] = EVENT_SIZES, chunk: int = 16) -> jax.Array:
+            sizes: Sequence[int] = EVENT_SIZES, width: int | None = 1024,
+            chunk: int = 16) -> jax.Array:
   """:func:`deliver_ids` for the global spike vector ``fired [n_pre]``
   (bool) of step ``t``, visiting only the neurons that fired.
 
   The fired ids are found ``max(sizes)`` at a time (one pass unless more
-  fired) and delivered ``chunk`` neurons per iteration of a ``while`` loop
-  that carries the buffer: a loop updates it in place, whereas a
-  ``lax.cond`` with the buffer as operand copies it (``R * L * n_local``
-  floats) on XLA:CPU every step. Pass ``index`` as an argument (e.g. from
-  a State), not as constants closed over by a jit: baked-in index arrays
-  made these loops 20-30x slower on XLA:CPU.
+  fired) and delivered in a ``while`` loop: rows of up to ``width / 2``
+  synapses ``width // max_degree`` neurons per iteration (lanes padded to
+  ``max_degree``), longer rows one neuron at a time in windows of ``width``
+  slots (:func:`deliver_windows`). Loops update
+  the buffer in place, whereas a ``lax.cond`` with the buffer as operand
+  copies it (``R * L * n_local`` floats) on XLA:CPU every step. Pass
+  ``index`` as an argument (e.g. from a State), not as constants closed
+  over by a jit: baked-in index arrays made these loops 20-30x slower on
+  XLA:CPU. ``width=None`` delivers ``chunk`` neurons per iteration
+  whatever the rows (for GPUs, where every loop iteration costs kernel
+  launches; on a CPU, 16 neurons x ``max_degree`` lanes cost ~10x the
+  events at the microcircuit's degrees, max 6,723 and ~3,900 on average).
   """
   n_pre = index.indptr.shape[0] - 1
   if fired.shape != (n_pre,):
@@ -119,8 +168,13 @@ def deliver(buf: jax.Array, fired: jax.Array, t, index: SynapseIndex,
   if index.post.shape[0] == 0 or index.max_degree == 0:
     return buf
   cap = min(max(sizes), n_pre)
+  # Short rows (at most width / 2 synapses per neuron): several neurons per
+  # iteration, lanes padded to max_degree; long rows: windows of a row.
+  if width is not None:
+    chunk = width // index.max_degree
   chunk = min(chunk, cap)
-  cap = -(-cap // chunk) * chunk
+  if width is None or chunk >= 2:
+    cap = -(-cap // chunk) * chunk
   ids_of = jnp.arange(n_pre, dtype=jnp.int32)
 
   def one_pass(carry, masked=True):
@@ -128,13 +182,14 @@ def deliver(buf: jax.Array, fired: jax.Array, t, index: SynapseIndex,
     ids = first_fired(fired & (ids_of >= start) if masked else fired, left,
                       cap, sizes)
     ids = jnp.pad(ids, (0, cap - ids.shape[0]), constant_values=n_pre)
-
-    def part(k, b):
-      piece = jax.lax.dynamic_slice_in_dim(ids, k * chunk, chunk)
-      return deliver_ids(b, piece, t, index)
-
     done = jnp.minimum(left, cap)
-    buf = jax.lax.fori_loop(0, (done + chunk - 1) // chunk, part, buf)
+    if width is None or chunk >= 2:
+      part = lambda k, b: deliver_ids(  # noqa: E731
+          b, jax.lax.dynamic_slice_in_dim(ids, k * chunk, chunk), t, index)
+      buf = jax.lax.fori_loop(0, (done + chunk - 1) // chunk, part, buf)
+    else:
+      buf = deliver_windows(buf, ids, done, t, index,
+                            min(width, index.max_degree))
     return buf, ids[cap - 1] + 1, left - done
 
   left = jnp.sum(fired, dtype=jnp.int32)
