@@ -28,20 +28,21 @@ import numpy as np
 import pytest
 
 from examples.microcircuit import params
-from examples.microcircuit.model import Microcircuit, poisson_counts
+from examples.microcircuit.model import (
+    Microcircuit, counts_from_cdf, poisson_cdf)
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_background_counts_are_poisson():
-  """On a grid of N uniforms the inverse CDF gives each count k for
-  N * P(k) (+-1) of them, for the smallest and the largest rate of the
+  """On a grid of N uniforms the model's CDF table gives each count k for
+  N * P(k) (+-2) of them, for the smallest and the largest rate of the
   full-scale network."""
   n = 200_000
   u = (np.arange(n, dtype=np.float64) + 0.5) / n
   for lam in (1600 * 8e-4 * 0.1, 2900 * 8e-4):
-    got = np.asarray(poisson_counts(jax.numpy.asarray(u, np.float32),
-                                    jax.numpy.full(n, lam, np.float32), 30))
+    cdf = poisson_cdf(np.full(n, lam))
+    got = np.asarray(counts_from_cdf(jax.numpy.asarray(u, np.float32), cdf))
     want = np.array([math.exp(-lam) * lam ** k / math.factorial(k)
                      for k in range(got.max() + 2)]) * n
     hist = np.bincount(got, minlength=len(want))

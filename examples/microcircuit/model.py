@@ -75,28 +75,17 @@ def projections(net: params.Scaled) -> list:
   return out
 
 
-def poisson_counts(u: jax.Array, lam: jax.Array, k_max: int) -> jax.Array:
-  """Poisson(``lam``) counts from uniforms ``u`` by inverting the CDF:
-  ``#{k < k_max : F(k) <= u}``. One uniform per neuron, so a shard's counts
-  are its block of the unsharded draw. Cheaper than ``bs.random.poisson``
-  (exact at any rate: a loop of ``lam + O(sqrt(lam))`` block draws) for the
-  small per-step rates here; ``k_max`` bounds the count. The model runs
-  :func:`counts_from_cdf` (a table: 2 ops a term instead of 5)."""
-  term = jnp.exp(-lam)
-  cdf, count = term, jnp.zeros(u.shape, jnp.int32)
-  for k in range(1, k_max + 1):
-    count = count + (cdf <= u)
-    term = term * lam / k
-    cdf = cdf + term
-  return count
-
-
 def poisson_cdf(lam: np.ndarray) -> np.ndarray:
   """float32 ``[K, len(lam)]``: Poisson(``lam``) CDFs at ``0 .. K - 1``,
   summed in float64 and rounded once, up to the first ``K`` where every
   CDF rounds to 1 in float32 (so a uniform, < 1, never passes it). A
   float32 recurrence instead stalls a few ulps below 1 and sends the
-  rare largest uniforms to the last term."""
+  rare largest uniforms to the last term.
+
+  Inverting the CDF needs one uniform per neuron, so a shard's counts are
+  its block of the unsharded draw; at the small per-step rates here it is
+  cheaper than ``bs.random.poisson`` (exact at any rate: a loop of ``lam +
+  O(sqrt(lam))`` block draws)."""
   lam = np.asarray(lam, np.float64)
   term, cdf, rows = np.exp(-lam), np.zeros_like(lam), []
   while not rows or (rows[-1] < 1).any():
