@@ -73,28 +73,35 @@ def ring_length(max_delay: int, block: int = 1) -> int:
   return -(-max(1, int(max_delay)) // block) * block
 
 
+def _targets(index: SynapseIndex, take, t, shape) -> jax.Array:
+  """Flat positions in a ring buffer of ``shape`` ``(R, L, n_local)`` of
+  the synapses ``take(field)`` selects, fired in step ``t``: receptor, slot
+  ``(t + delay) % L``, target. Index fields are narrow (uint8/uint16, see
+  ``index.field_dtypes``): widened before the arithmetic."""
+  _, length, n_local = shape
+  i32 = lambda x: x.astype(jnp.int32)  # noqa: E731
+  slot = (jnp.asarray(t, jnp.int32) + i32(take(index.delay))) % length
+  rec = 0 if index.receptor is None else i32(take(index.receptor))
+  return (rec * length + slot) * n_local + i32(take(index.post))
+
+
 def deliver_ids(buf: jax.Array, ids: jax.Array, t, index: SynapseIndex
                 ) -> jax.Array:
   """Adds the synapses of the presynaptic neurons ``ids`` (global ids,
   increasing; ``n_pre`` = none), fired in step ``t``, into ``buf`` at slot
   ``(t + delay) % L``. ``index`` holds this shard's block (per-shard shapes:
   ``indptr [n_pre + 1]``, ``post``/``weight``/... ``[capacity]``)."""
-  n_rec, length, n_local = buf.shape
   n_pre = index.indptr.shape[0] - 1
   cap = index.post.shape[0]
-  i32 = lambda x: x.astype(jnp.int32)  # noqa: E731 (narrow index dtypes)
   lanes = jnp.arange(index.max_degree, dtype=jnp.int32)
-  start = i32(index.indptr[ids])  # ids = n_pre reads indptr[n_pre]: degree 0
-  deg = i32(index.indptr[jnp.minimum(ids + 1, n_pre)]) - start
+  start = index.indptr[ids]  # ids = n_pre reads indptr[n_pre]: degree 0
+  deg = index.indptr[jnp.minimum(ids + 1, n_pre)] - start
   pos = jnp.minimum(start[:, None] + lanes, max(cap - 1, 0))
   ok = lanes < deg[:, None]
-  # Index fields are narrow (uint8/uint16, see index.field_dtypes): widen.
-  slot = (jnp.asarray(t, jnp.int32) + i32(index.delay[pos])) % length
-  rec = 0 if index.receptor is None else i32(index.receptor[pos])
-  flat = (rec * length + slot) * n_local + i32(index.post[pos])
+  flat = _targets(index, lambda a: a[pos], t, buf.shape)
   # Row-major [fired, lane]: the scatter adds in CSR order, which is the
   # global presynaptic order; masked lanes go out of range and are dropped.
-  flat = jnp.where(ok, flat, n_rec * length * n_local)
+  flat = jnp.where(ok, flat, buf.size)
   out = buf.reshape(-1).at[flat.reshape(-1)].add(
       index.weight[pos].reshape(-1).astype(buf.dtype), mode="drop")
   return out.reshape(buf.shape)
@@ -106,18 +113,14 @@ def deliver_windows(buf: jax.Array, ids: jax.Array, count, t,
   one presynaptic neuron at a time, its CSR row in windows of ``width``
   consecutive slots: contiguous slices of the index, no lanes padded to
   ``max_degree``. Same additions in the same order as ``deliver_ids``."""
-  n_rec, length, n_local = buf.shape
   cap = index.post.shape[0]
   width = max(1, min(int(width), cap))
   lane = jnp.arange(width, dtype=jnp.int32)
-  t_slot = jnp.asarray(t, jnp.int32) % length
-  size = n_rec * length * n_local
-  i32 = lambda x: x.astype(jnp.int32)  # noqa: E731 (narrow index dtypes)
-  indptr = i32(index.indptr)
+  size = buf.size
 
   def neuron(k, flat):
     j = ids[k]
-    lo, hi = indptr[j], indptr[j + 1]
+    lo, hi = index.indptr[j], index.indptr[j + 1]
 
     def window(w, flat):
       first = lo + w * width
@@ -126,11 +129,8 @@ def deliver_windows(buf: jax.Array, ids: jax.Array, count, t,
       s = jnp.minimum(first, cap - width)
       take = lambda a: jax.lax.dynamic_slice_in_dim(a, s, width)  # noqa: E731
       pos = s + lane
-      slot = t_slot + i32(take(index.delay))  # delay <= max_delay <= length
-      slot = jnp.where(slot >= length, slot - length, slot)
-      rec = 0 if index.receptor is None else i32(take(index.receptor))
-      dst = (rec * length + slot) * n_local + i32(take(index.post))
-      dst = jnp.where((pos >= first) & (pos < hi), dst, size)
+      dst = jnp.where((pos >= first) & (pos < hi),
+                      _targets(index, take, t, buf.shape), size)
       return flat.at[dst].add(take(index.weight).astype(flat.dtype),
                               mode="drop")
 
@@ -172,8 +172,9 @@ def deliver(buf: jax.Array, fired: jax.Array, t, index: SynapseIndex,
   # iteration, lanes padded to max_degree; long rows: windows of a row.
   if width is not None:
     chunk = width // index.max_degree
+  windows = chunk < 2 and width is not None  # long rows: by windows
   chunk = min(chunk, cap)
-  if width is None or chunk >= 2:
+  if not windows:
     cap = -(-cap // chunk) * chunk
   ids_of = jnp.arange(n_pre, dtype=jnp.int32)
 
@@ -183,13 +184,13 @@ def deliver(buf: jax.Array, fired: jax.Array, t, index: SynapseIndex,
                       cap, sizes)
     ids = jnp.pad(ids, (0, cap - ids.shape[0]), constant_values=n_pre)
     done = jnp.minimum(left, cap)
-    if width is None or chunk >= 2:
+    if windows:
+      buf = deliver_windows(buf, ids, done, t, index,
+                            min(width, index.max_degree))
+    else:
       part = lambda k, b: deliver_ids(  # noqa: E731
           b, jax.lax.dynamic_slice_in_dim(ids, k * chunk, chunk), t, index)
       buf = jax.lax.fori_loop(0, (done + chunk - 1) // chunk, part, buf)
-    else:
-      buf = deliver_windows(buf, ids, done, t, index,
-                            min(width, index.max_degree))
     return buf, ids[cap - 1] + 1, left - done
 
   left = jnp.sum(fired, dtype=jnp.int32)
