@@ -447,7 +447,8 @@ def test_unwaited_failed_async_save_raises_at_the_next_save_of_any_path(
 @pytest.mark.slow  # a fresh process: about 5 s
 def test_unwaited_failed_async_save_is_reported_at_exit(tmp_path):
   # The script ends without waiting for a save that fails: the interpreter
-  # says so on its way out (and the previous checkpoint stays current).
+  # says so on its way out, the exit status says it failed, and the
+  # previous checkpoint stays current.
   script = (
       "import sys, jax.numpy as jnp, brainshard as bs\n"
       "from brainshard._scaleout import checkpoint_store as store\n"
@@ -461,7 +462,7 @@ def test_unwaited_failed_async_save_is_reported_at_exit(tmp_path):
   done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "c")],
                         env=_env(1), capture_output=True, text=True,
                         timeout=120)
-  assert done.returncode == 0, done.stderr
+  assert done.returncode == 1, done.stderr
   assert ("asynchronous save of " + repr(str(tmp_path / "c"))
           + " (v00000002) failed and was never waited for: OSError"
           in done.stderr), done.stderr

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import logging
 import os
 import re
 import shutil
@@ -240,7 +241,8 @@ def _finish_saves_before_shutdown() -> None:
 @atexit.register
 def _report_failed_saves() -> None:
   # Runs after the interpreter joined the (non-daemon) save threads.
-  for handle in list(_unreported.values()):
+  failed = list(_unreported.values())
+  for handle in failed:
     hint = ""
     if "shutdown" in str(handle._error):
       hint = (" Python 3.12 and later cannot start the threads orbax writes "
@@ -250,6 +252,25 @@ def _report_failed_saves() -> None:
           f"({handle.version}) failed and was never waited for: "
           f"{type(handle._error).__name__}: {handle._error}. The previous "
           f"checkpoint is still current.{hint}", file=sys.stderr)
+  if failed:
+    _exit_failed()
+
+
+def _exit_failed() -> None:
+  """Ends the process with status 1: a script whose last checkpoint was
+  lost must not look successful to what ran it (a batch job, a CI step).
+  An exit hook cannot change the status (``SystemExit`` raised there is
+  ignored), so this leaves with ``os._exit``, after doing what the hooks
+  it skips (those registered before this module, JAX's and logging's) are
+  there for: JAX's pending effects, the distributed client, the logs."""
+  try:
+    jax.effects_barrier()
+    jax.distributed.shutdown()  # a no-op where it was never initialised
+    logging.shutdown()
+  finally:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def save_tree(path: str, version: str, tree: dict, manifest: dict,
