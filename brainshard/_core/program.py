@@ -78,10 +78,20 @@ class Program:
       placement = HintedPlacement(hints, owner.name)
       self.place, self.place_targets = placement.place, placement.fast_targets
     nc = self.nc = len(self.cand)
+    # The other states' values travel as one list argument after the
+    # candidates; with none, there is no such argument (an empty list costs
+    # JAX a pytree flatten and a cache-key entry on every call: about 5% of
+    # a one-state dispatch, measured).
+    self.has_rest = bool(self.rest)
+    self.shift = nc + self.has_rest
 
-    def pure(*call_args, **kwargs):
-      return self._pure(call_args[:nc], call_args[nc], call_args[nc + 1:],
-                        kwargs)
+    if self.has_rest:
+      def pure(*call_args, **kwargs):
+        return self._pure(call_args[:nc], call_args[nc], call_args[nc + 1:],
+                          kwargs)
+    else:
+      def pure(*call_args, **kwargs):
+        return self._pure(call_args[:nc], (), call_args[nc:], kwargs)
 
     pure.__name__ = pure.__qualname__ = fun_name(owner.fun)
     self._fun = pure
@@ -104,7 +114,7 @@ class Program:
     if j is None:
       if len(self._jitted) >= _MAX_VARIANTS and any(mask):
         return self.jitted_for((False,) * self.nc)
-      owner, shift = self.owner, self.nc + 1
+      owner, shift = self.owner, self.shift
       kwargs = dict(owner.jit_kwargs)
       if "in_shardings" in kwargs:
         kwargs["in_shardings"] = (None,) * shift + tuple(kwargs["in_shardings"])
@@ -182,7 +192,9 @@ class Program:
       cand, rest, args, kwargs = self.place(self, cand, rest, args, kwargs)
     jitted = (self.j_all if mask is self._mask_all else
               self.j_none if mask is self._mask_none else self.jitted_for(mask))
-    return mask, jitted, (*cand, rest, *args), kwargs
+    if self.has_rest:
+      return mask, jitted, (*cand, rest, *args), kwargs
+    return mask, jitted, (*cand, *args), kwargs
 
   @compat.api_boundary
   def call(self, args, kwargs, compiled=None, fixed_mask=None):
