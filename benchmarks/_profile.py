@@ -23,6 +23,13 @@ from benchmarks import _models as M
 from benchmarks._harness import Case, compare
 
 
+def _values(plan) -> list:
+  """The program's state arguments: the donated values, then the others
+  as one list (an argument only where there are some)."""
+  rest = [[s._value for s in plan.rest]] if plan.has_rest else []
+  return [s._value for s in plan.cand] + rest
+
+
 def _dispatch(n: int):
   states, step = M.dispatch_step(n)
 
@@ -31,8 +38,7 @@ def _dispatch(n: int):
   plan = f._core.program
 
   def direct():  # the same jitted program, values threaded by hand
-    out, new = plan.j_all(*[s._value for s in plan.cand],
-                          [s._value for s in plan.rest])
+    out, new = plan.j_all(*_values(plan))
     for s, x in zip(plan.writes, new):
       s._value = x
 
@@ -48,8 +54,7 @@ def _eager(k: int):
   plan = next(iter(f._eager.values())).program  # one mesh, no axis rules
 
   def direct():
-    out, new = plan.j_all(*[s._value for s in plan.cand],
-                          [s._value for s in plan.rest], i_ext)
+    out, new = plan.j_all(*_values(plan), i_ext)
     for s, x in zip(plan.writes, new):
       s._value = x
 

@@ -110,7 +110,8 @@ def test_eager_shard_map_step(axis_type):
   mapped(i_ext)
   mapped(i_ext)
   plan = next(iter(mapped._eager.values())).program  # what the eager call runs
-  lowered_bs = plan.j_all.lower(v.value, count.value, [], i_ext)
+  _, jitted, jargs, _ = plan.prepare((i_ext,), {})  # the values it passes
+  lowered_bs = jitted.lower(*jargs)
   assert_same_program(lowered_bs, pure.lower(v.value, count.value, i_ext))
 
 
