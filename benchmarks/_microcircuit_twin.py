@@ -31,9 +31,12 @@ What it mirrors, piece by piece:
 
 Same seed, same spikes as the example (tests/test_microcircuit_twin.py).
 
-Example:
-  >>> build_s, run = twin_run(0.01, 0.1, seed=1, chunk=50)   # doctest: +SKIP
-  >>> steps, neurons = run(20.0)   # 200 steps: spikes as (step, neuron)
+Example (building takes seconds, hence the skips):
+  >>> import jax.numpy as jnp
+  >>> plain({'v': jnp.zeros(3)})['v'].committed   # arrays put on one device
+  True
+  >>> build_s, run = twin_run(0.01, 0.1, seed=1, chunk=50)  # doctest: +SKIP
+  >>> steps, neurons = run(20.0)  # 200 steps as events  # doctest: +SKIP
 """
 
 from __future__ import annotations
