@@ -32,3 +32,13 @@ def test_twin_gives_the_examples_spikes():
   np.testing.assert_array_equal(steps, np.asarray(want.steps))
   np.testing.assert_array_equal(neurons, np.asarray(want.neurons))
   assert run.net["n_synapses"] == mc.n_synapses
+
+
+def test_the_nest_table_times_the_microcircuit_twin():
+  from benchmarks import _nest_table
+  args = _nest_table.parse(["--only", "microcircuit", "--impls",
+                            "brainshard,twin", "--scales", "0.1"])
+  args.only = set(args.only.split(","))
+  (case,) = _nest_table.cases(args)
+  assert [s["impl"] for s in case["specs"]] == ["brainshard", "twin"]
+  assert all(s["workload"] == "microcircuit" for s in case["specs"])
