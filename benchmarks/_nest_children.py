@@ -2,7 +2,8 @@
 
 A *spec* (a JSON-able dict) names the workload (``'cuba'`` or
 ``'microcircuit'``), the implementation (``'brainshard'``, ``'twin'``: the
-hand-written pure-JAX program of the same kernels, ``'nest'``) and the
+hand-written pure-JAX program of the same kernels, ``_ei.pure_block_run``
+or ``_microcircuit_twin``, ``'nest'``) and the
 size. :func:`measure` runs it in this process: builds, simulates a warm-up
 (brainshard and the twin compile there), then times a run and reports
 build seconds, seconds and CPU seconds per simulated second, the process's
@@ -106,6 +107,10 @@ def _microcircuit(spec: dict):
   scale, k_scale, seed = spec["scale"], spec["k_scale"], spec.get("seed", 1)
   if spec["impl"] == "nest":
     return _microcircuit_nest(scale, k_scale, seed, spec.get("threads"))
+  if spec["impl"] == "twin":
+    from benchmarks import _microcircuit_twin
+    build_s, run = _microcircuit_twin.twin_run(scale, k_scale, seed)
+    return build_s, run.net["layout"].n, lambda ms: int(run(ms)[1].size)
   import jax
   from examples.microcircuit import model
   mesh = jax.make_mesh((1,), ("x",), devices=jax.devices()[:1])

@@ -6,7 +6,9 @@ at 4 k / 40 k / 400 k neurons (80 inputs each; NEST gets the example's own
 connectivity table and initial potentials, exported) and the Potjans &
 Diesmann microcircuit (``examples.microcircuit``; NEST builds it with its
 own rules from ``nest_reference``, so the synapses are drawn alike, not the
-same) at ``--scales``. Each measurement is a fresh process
+same) at ``--scales``. The twins: ``_ei.pure_block_run`` (CUBA) and
+``_microcircuit_twin`` (the example's synapses and spikes, no State, jit,
+shard_map or Runner). Each measurement is a fresh process
 (:mod:`benchmarks._nest_children`); the implementations alternate (A B C,
 B C A, ...), ``--repeats`` rounds (``--repeats-large`` at 400 k neurons and
 at scale >= 0.5), and the table gives each figure's median over the rounds
@@ -96,7 +98,7 @@ def cases(args) -> list[dict]:
       specs = [dict(workload="microcircuit", impl=i, scale=scale,
                     k_scale=args.k_scale, duration_ms=ms,
                     warmup_ms=args.warmup, threads=args.threads)
-               for i in impls if i != "twin"]
+               for i in impls]
       out.append(dict(label=f"microcircuit scale {scale:g}, k-scale "
                             f"{args.k_scale:g}, {ms / 1e3:g} s",
                       specs=specs, export=None, skip=_microcircuit_missing(),
