@@ -364,7 +364,8 @@ def test_async_save_at_the_end_of_a_script(tmp_path):
   # The last line of a script starts a background save and the interpreter
   # exits. Before 3.12 the save is finished first; from 3.12 on Python
   # refuses the threads orbax needs at exit, so the save is reported as
-  # failed with what to do, and the previous checkpoint stays current.
+  # failed with what to do, the exit status is 1, and the previous
+  # checkpoint stays current.
   script = (
       "import jax.numpy as jnp, brainshard as bs, sys\n"
       "x = bs.State(jnp.arange(5.0), 'x')\n"
@@ -374,7 +375,8 @@ def test_async_save_at_the_end_of_a_script(tmp_path):
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
   done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "c")],
                         env=env, capture_output=True, text=True, timeout=120)
-  assert done.returncode == 0, done.stderr
+  assert done.returncode == (0 if sys.version_info < (3, 12) else 1), \
+      done.stderr
   x = bs.State(jnp.zeros(5), "x")
   bs.restore_states(tmp_path / "c", [x])
   if sys.version_info < (3, 12):
@@ -464,9 +466,12 @@ def test_unwaited_failed_async_save_is_reported_at_exit(tmp_path):
                         timeout=120)
   assert done.returncode == 1, done.stderr
   assert ("asynchronous save of " + repr(str(tmp_path / "c"))
-          + " (v00000002) failed and was never waited for: OSError"
+          + " (v00000002) failed and was never waited for: "
           in done.stderr), done.stderr
-  assert "No space left on device" in done.stderr
+  if sys.version_info < (3, 12):
+    assert "No space left on device" in done.stderr, done.stderr
+  else:  # the save fails earlier: no threads can start at exit
+    assert "call handle.wait()" in done.stderr, done.stderr
   x = bs.State(jnp.zeros(5), "x")
   bs.restore_states(tmp_path / "c", [x])
   np.testing.assert_array_equal(np.asarray(x.value), np.arange(5.0))
