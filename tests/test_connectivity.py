@@ -58,30 +58,30 @@ def by_target(table):
   return {k: v[order] for k, v in table.items()}
 
 
+# The seed of the pinned "small" digest (below): the shared builds are also
+# the pin's builds.
+SEED = 7
+
+
 @pytest.fixture(scope="module")
 def built():
-  return {s: build(s) for s in (1, 8)}
+  """network() on 1, 3 (ragged: 101 neurons padded to 102) and 8 devices,
+  built once for the tests of this file (each build compiles two passes)."""
+  return {s: build(s, seed=SEED) for s in (1, 3, 8)}
 
 
 @pytest.mark.slow
 def test_same_synapses_on_every_mesh(built):
+  # 2 and 4 devices are covered by the smaller networks below (1 vs 2, the
+  # Auto 2x2 mesh, 1 vs 4 of the total-number tree, the direct draws on 4).
   want = by_target(bm.synapses(built[1]))
-  for s in (8,):
+  for s in (3, 8):
     got = by_target(bm.synapses(built[s]))
     for k in want:  # bit for bit, weights and delays included
-      np.testing.assert_array_equal(got[k], want[k], err_msg=k)
-  assert built[8].max_degree <= built[1].max_degree
-  assert (built[1].min_delay, built[1].max_delay) == (
-      built[8].min_delay, built[8].max_delay)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("n_shards", [2, 4])
-def test_same_synapses_on_2_and_4_devices(built, n_shards):
-  want = by_target(bm.synapses(built[1]))
-  got = by_target(bm.synapses(build(n_shards)))
-  for k in want:
-    np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+      np.testing.assert_array_equal(got[k], want[k], err_msg=f"{s}: {k}")
+    assert built[s].max_degree <= built[1].max_degree
+    assert (built[1].min_delay, built[1].max_delay) == (
+        built[s].min_delay, built[s].max_delay)
 
 
 @pytest.mark.slow
@@ -188,13 +188,23 @@ def test_explicit_synapses_are_the_given_ones(built):
   assert got == want
 
 
-@pytest.mark.slow
-def test_small_network_same_on_1_and_2_devices():
-  proj = [bm.Projection('E', 'I', bm.FixedInDegree(3),
+def _small_projections():
+  return [bm.Projection('E', 'I', bm.FixedInDegree(3),
                         weight=bm.Normal(0.0, 1.0), delay=bm.Uniform(0.1, 1.0)),
           bm.Projection('I', 'E', bm.FixedTotalNumber(100), weight=-1.0)]
-  want = by_target(bm.synapses(build(1, proj)))
-  got = by_target(bm.synapses(build(2, proj)))
+
+
+@pytest.fixture(scope="module")
+def small():
+  """A two-projection network on 1 device: the reference of the 2-device
+  and the 2-D Auto-mesh builds, and the narrow index delivery reads."""
+  return build(1, _small_projections())
+
+
+@pytest.mark.slow
+def test_small_network_same_on_1_and_2_devices(small):
+  want = by_target(bm.synapses(small))
+  got = by_target(bm.synapses(build(2, _small_projections())))
   for k in want:
     np.testing.assert_array_equal(got[k], want[k], err_msg=k)
 
@@ -261,15 +271,21 @@ def _delay_network():
                         weight=-1.0)]
 
 
+@pytest.fixture(scope="module")
+def delay_table():
+  """_delay_network's synapses on 2 devices, the delay bound left alone."""
+  return bm.synapses(build(2, _delay_network()))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("bound", [1, 10**6])
 def test_delay_field_is_refilled_or_narrowed_when_the_bound_misses(
-    monkeypatch, bound):
+    monkeypatch, delay_table, bound):
   """The delay dtype is picked from a bound before the fill; a bound too
   small (delays wrapped in uint8) fills again, one too large narrows: the
   same synapses either way, in the dtype of the true largest delay."""
   from brainshard._models import connectivity
-  want = bm.synapses(build(2, _delay_network()))
+  want = delay_table
   assert want['delay'].max() > 255  # needs uint16
   monkeypatch.setattr(connectivity, "_delay_bound", lambda *a: bound)
   idx = build(2, _delay_network())
@@ -322,14 +338,12 @@ def test_bad_arguments_errors():
 
 
 @pytest.mark.slow
-def test_two_dimensional_auto_mesh_splits_over_the_named_axis():
+def test_two_dimensional_auto_mesh_splits_over_the_named_axis(small):
   from jax.sharding import AxisType
-  proj = [bm.Projection('E', 'I', bm.FixedInDegree(3),
-                        weight=bm.Normal(0.0, 1.0), delay=bm.Uniform(0.1, 1.0))]
-  want = by_target(bm.synapses(build(1, proj)))
+  want = by_target(bm.synapses(small))
   mesh = make_mesh((2, 2), ('x', 'y'), AxisType.Auto)
-  idx = bm.connect(proj, bm.Layout(SIZES, n_shards=2), dt=DT, seed=1,
-                   mesh=mesh, axis='x')
+  idx = bm.connect(_small_projections(), bm.Layout(SIZES, n_shards=2), dt=DT,
+                   seed=1, mesh=mesh, axis='x')
   assert idx.post.sharding.spec == jax.P('x')
   got = by_target(bm.synapses(idx))
   for k in want:
@@ -400,8 +414,15 @@ def _digest(index):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, n_shards", [
-    ("small", 1), ("small", 3), ("medium", 3), ("wide", 1)])
+def test_small_build_output_is_unchanged_on_1_3_and_8_devices(built):
+  # the module's shared builds are network() with the pinned seed
+  assert _pinned_network("small")[0] is SIZES
+  for s in (1, 3, 8):
+    assert _digest(built[s]) == PINNED["small"], s
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, n_shards", [("medium", 3), ("wide", 1)])
 def test_build_output_is_unchanged(name, n_shards):
   sizes, proj = _pinned_network(name)
   mesh = jax.make_mesh((n_shards,), ('x',), devices=jax.devices()[:n_shards])
@@ -411,15 +432,12 @@ def test_build_output_is_unchanged(name, n_shards):
 
 
 @pytest.mark.slow
-def test_narrow_index_delivers_like_the_int32_table():
+def test_narrow_index_delivers_like_the_int32_table(small):
   """deliver reads the narrow fields (uint16 post, uint8 delay, no receptor
   array): the ring buffer equals one filled from bm.synapses' int32 table,
   in the same (presynaptic) order."""
   from brainshard._models.delivery import deliver
-  proj = [bm.Projection('E', 'I', bm.FixedInDegree(5), weight=bm.Normal(
-      1.0, 0.5), delay=bm.Uniform(0.1, 2.0)),
-          bm.Projection('I', 'E', bm.FixedInDegree(2), weight=-1.5, delay=0.3)]
-  idx = build(1, proj)
+  idx = small
   assert (idx.post.dtype, idx.delay.dtype, idx.receptor) == (
       np.uint16, np.uint8, None)
   fired = np.zeros(idx.n_pre, bool)

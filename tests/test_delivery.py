@@ -240,8 +240,18 @@ def test_network_matches_numpy_reference():
   np.testing.assert_allclose(v, want_v, rtol=1e-5, atol=1e-6)
 
 
+STEPS = 200
+
+
+@pytest.fixture(scope="module")
+def one_device_run():
+  """small_network(seed=3) on 1 device for STEPS steps: the reference of
+  the mesh tests below (spikes and final v, ie, ii)."""
+  return Net(*small_network(seed=3), devices=1).run(STEPS)
+
+
 @pytest.mark.slow
-def test_bit_identical_on_1_2_8_devices_and_per_min_delay():
+def test_bit_identical_on_1_2_8_devices_and_per_min_delay(one_device_run):
   """Same spikes and the same synaptic currents, bit for bit, on every mesh,
   exchanging every step or every min-delay (2) steps.
 
@@ -253,13 +263,13 @@ def test_bit_identical_on_1_2_8_devices_and_per_min_delay():
   is the neuron update's code generation, not the delivery.
   """
   syn, layout, drive, v0 = small_network(seed=3)
-  steps = 200
-  want = Net(syn, layout, drive, v0, devices=1).run(steps)
+  want = one_device_run
   assert want[0].sum() > 50
   # 2 and 8 shards bracket the meshes (4 shards run in the Auto-mesh and
   # min-delay-of-three tests below): per step and per min delay.
   for devices, every in ((2, 1), (8, 1), (1, 2), (8, 2)):
-    got = Net(syn, layout, drive, v0, devices=devices, every=every).run(steps)
+    got = Net(syn, layout, drive, v0, devices=devices, every=every).run(
+        STEPS)
     what = f"{devices} devices, every {every}"
     np.testing.assert_array_equal(got[0], want[0], err_msg=what)
     assert got[2].tobytes() == want[2].tobytes(), what
@@ -268,11 +278,11 @@ def test_bit_identical_on_1_2_8_devices_and_per_min_delay():
 
 
 @pytest.mark.slow
-def test_auto_mesh_gives_the_same_spikes_and_currents():
+def test_auto_mesh_gives_the_same_spikes_and_currents(one_device_run):
   syn, layout, drive, v0 = small_network(seed=3)
-  want = Net(syn, layout, drive, v0, devices=1).run(100)
+  want = one_device_run
   got = Net(syn, layout, drive, v0, devices=4, every=2,
-            axis_type=AxisType.Auto).run(100)
+            axis_type=AxisType.Auto).run(STEPS)
   np.testing.assert_array_equal(got[0], want[0])
   assert got[2].tobytes() == want[2].tobytes() and want[0].sum() > 20
 
