@@ -69,12 +69,16 @@ def _threefry2x32(k1, k2, x1, x2):
   return x1, x2
 
 
-def _bits(data, bit_width, shape):
-  n = math.prod(shape)
+# Draws of at least _PAD_MIN elements, not a multiple of _PAD, are hashed
+# on a CPU over a length rounded up to _PAD (see _bits).
+_PAD, _PAD_MIN = 64, 1024
+
+
+def _hash(data, bit_width, n):
+  """The ``n`` flat words of ``bit_width`` bits from counter ``data[2:]``."""
   lo = data[3] + lax.iota(jnp.uint32, n)
   hi = data[2] + (lo < data[3]).astype(jnp.uint32)  # carry into the high word
   b1, b2 = _threefry2x32(data[0], data[1], hi, lo)
-  b1, b2 = b1.reshape(shape), b2.reshape(shape)
   # As jax's partitionable threefry combines the two hash words.
   if bit_width == 64:
     dt = _UINT[64]
@@ -82,6 +86,25 @@ def _bits(data, bit_width, shape):
   if bit_width == 32:
     return b1 ^ b2
   return (b1 ^ b2).astype(_UINT[bit_width])
+
+
+def _bits(data, bit_width, shape):
+  n = math.prod(shape)
+  if n < _PAD_MIN or n % _PAD == 0 or jax.default_backend() != "cpu":
+    return _hash(data, bit_width, n).reshape(shape)
+  # XLA:CPU fuses the hash into its consumer and splits that loop over its
+  # threads; when n is not a multiple of the split, every element is
+  # bounds-checked and LLVM leaves the loop scalar (the microcircuit's
+  # 7,717 uniforms a step: ~190 us of CPU instead of ~40). So hash a
+  # multiple of _PAD elements behind a cond, a fusion boundary XLA keeps
+  # (it drops optimization_barrier before fusing), and cut: the same bits.
+  # The predicate is always true, but XLA does not know it (with the hash
+  # in both branches it merges them, and the boundary is gone).
+  m = -(-n // _PAD) * _PAD
+  never = lambda: jnp.broadcast_to(  # noqa: E731
+      (data[0] ^ data[0]).astype(_UINT[bit_width]), (m,))
+  out = lax.cond((data[0] | 1) != 0, lambda: _hash(data, bit_width, m), never)
+  return out[:n].reshape(shape)
 
 
 def _split(data, shape):
