@@ -457,6 +457,20 @@ def test_unrolled_threefry_gives_the_primitives_bits():
   np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
+@pytest.mark.parametrize("shape", [(7717,), (5, 333), (64 * 40,)])
+@pytest.mark.parametrize("dtype", [jnp.uint32, jnp.uint8])
+def test_odd_sized_cpu_draws_keep_their_bits(shape, dtype):
+  # On CPU a draw of >= 1024 elements that is not a multiple of 64 is hashed
+  # over the rounded-up length and cut (XLA:CPU leaves an odd-length fused
+  # hash scalar): element i must still be counter i, JAX's bits.
+  from brainshard._simulation import random_blocks as rb
+  key = jax.random.key(11)
+  got = jax.jit(lambda: jax.random.bits(rb.block_key(key, 0, 0), shape,
+                                        dtype))()
+  np.testing.assert_array_equal(np.asarray(got),
+                                np.asarray(jax.random.bits(key, shape, dtype)))
+
+
 def test_block_keys_carry_the_counter_into_the_high_word():
   from brainshard._core import compat
   from brainshard._simulation import random_blocks as rb
