@@ -96,7 +96,12 @@ def _body(program: Any, ns: dict) -> list[str]:
     # only by its parent). A kept reference selects the variant that leaves
     # that state's buffer alone, without leaving this function.
     lines += _sole_tests(cand)
-  values = cand + ([f"[{', '.join(rest)}]"] if program.has_rest else [])
+  def call(states: list[str], *extra: str) -> str:
+    # the program's arguments: the candidates, the other states as one list
+    # (only where there are some: Program.has_rest), then the call's own
+    return f"out, new = _j({', '.join([*states, *extra])})"
+
+  rest_arg = [f"[{', '.join(rest)}]"] if program.has_rest else []
   fast = program.place_targets(program) if program.place is not None else None
   if program.place is not None and fast is not None:
     lines += _placement_checks(program, fast, ns, cand + rest)
@@ -105,20 +110,19 @@ def _body(program: Any, ns: dict) -> list[str]:
     # Star-arguments only when there are some: a call without arguments
     # (a simulation step) skips building the argument tuple and passing an
     # empty dict, measured at about 3% of a one-state dispatch.
-    def call(*extra):
-      return f"out, new = _j({', '.join(values + list(extra))})"
+    values = cand + rest_arg
     lines += ["  if kwargs:",
-              "    " + call("*args", "**kwargs"),
+              "    " + call(values, "*args", "**kwargs"),
               "  elif args:",
-              "    " + call("*args"),
+              "    " + call(values, "*args"),
               "  else:",
-              "    " + call()]
+              "    " + call(values)]
   else:
     ns.update(_place=program.place, _program=program)
     lines += [f"  cl, rl, args, kwargs = _place(_program, [{', '.join(cand)}], "
               f"[{', '.join(rest)}], args, kwargs)",
-              "  out, new = _j(*cl, rl, *args, **kwargs)" if program.has_rest
-              else "  out, new = _j(*cl, *args, **kwargs)"]
+              "  " + call(["*cl"] + (["rl"] if program.has_rest else []),
+                          "*args", "**kwargs")]
   lines += ["except TypeError:",
             "  _on_type_error()",
             "  raise"]

@@ -83,15 +83,11 @@ class Program:
     # JAX a pytree flatten and a cache-key entry on every call: about 5% of
     # a one-state dispatch, measured).
     self.has_rest = bool(self.rest)
-    self.shift = nc + self.has_rest
+    self.shift = shift = nc + self.has_rest  # where the call's own begin
 
-    if self.has_rest:
-      def pure(*call_args, **kwargs):
-        return self._pure(call_args[:nc], call_args[nc], call_args[nc + 1:],
-                          kwargs)
-    else:
-      def pure(*call_args, **kwargs):
-        return self._pure(call_args[:nc], (), call_args[nc:], kwargs)
+    def pure(*call_args, **kwargs):
+      rest = call_args[nc] if shift > nc else ()
+      return self._pure(call_args[:nc], rest, call_args[shift:], kwargs)
 
     pure.__name__ = pure.__qualname__ = fun_name(owner.fun)
     self._fun = pure
@@ -192,9 +188,8 @@ class Program:
       cand, rest, args, kwargs = self.place(self, cand, rest, args, kwargs)
     jitted = (self.j_all if mask is self._mask_all else
               self.j_none if mask is self._mask_none else self.jitted_for(mask))
-    if self.has_rest:
-      return mask, jitted, (*cand, rest, *args), kwargs
-    return mask, jitted, (*cand, *args), kwargs
+    rest_arg = (rest,) if self.has_rest else ()
+    return mask, jitted, (*cand, *rest_arg, *args), kwargs
 
   @compat.api_boundary
   def call(self, args, kwargs, compiled=None, fixed_mask=None):
