@@ -9,8 +9,10 @@
 # others' time: the machine, which call path bs.jit takes (dispatch-probe),
 # the dispatch ratios against pure JAX, the microcircuit at scale 0.1 and 1.0
 # and CUBA at 40 k / 400 k / 4 M neurons (brainshard beside its pure-JAX twin),
-# and the tests that compare GPU results with pure JAX. GPU_SMOKE=1 shrinks
-# every section (a check of the script itself, on any machine).
+# the microcircuit's twin test on the GPU, and the quick test tier on this
+# machine's JAX (its CPU). GPU_SMOKE=1 shrinks every section (a check of the
+# script itself, on any machine); GPU_SECTIONS="dispatch cuba" runs only
+# those; GPU_CUBA_SIZES, GPU_MC_SCALES and GPU_REPEATS set the sizes.
 set -u
 out=${1:-${OUT:-benchmarks/results/gpu}}
 mkdir -p "$out"
@@ -36,21 +38,34 @@ section() {  # section NAME SECONDS COMMAND...: run, log to $out/NAME.log
 } | tee "$out/machine.txt"
 
 if [ "$smoke" = 1 ]; then
-  mc=(--scales 0.01 --mc-duration 0.02 --warmup 10)
-  cuba=(--sizes 4000 --duration 0.05 --warmup 10)
+  mc=(--scales 0.01 --mc-duration 0.02 --warmup 10 --repeats 1)
+  cuba=(--sizes 4000 --duration 0.05 --warmup 10 --repeats 1)
 else
-  mc=(--scales 0.1,1.0)
-  cuba=(--sizes 40000,400000,4000000)
+  mc=(--scales "${GPU_MC_SCALES:-0.1,1.0}" --repeats "${GPU_REPEATS:-1}")
+  cuba=(--sizes "${GPU_CUBA_SIZES:-40000,400000,4000000}"
+        --repeats "${GPU_REPEATS:-1}")
 fi
-section probe 30 $py -m benchmarks dispatch-probe
-section dispatch 100 $py -m benchmarks suite --quick --only dispatch --no-peers \
-  --no-docs --name gpu_dispatch
-section microcircuit 220 $py -m benchmarks nest --only microcircuit \
-  --impls brainshard,twin "${mc[@]}" --repeats 1 --out gpu_microcircuit
-section cuba 120 $py -m benchmarks nest --only cuba --impls brainshard,twin \
-  "${cuba[@]}" --repeats 1 --out gpu_cuba
-section tests 60 $py -m pytest -q -p no:cacheprovider -n 0 -o addopts= \
-  tests/test_microcircuit_twin.py tests/test_random.py
+want() { [[ " ${GPU_SECTIONS:-probe dispatch microcircuit cuba tests} " == *" $1 "* ]]; }
+want probe && section probe 30 $py -m benchmarks dispatch-probe
+want dispatch && section dispatch 100 $py -m benchmarks suite --quick \
+  --only dispatch --no-peers --no-docs --name gpu_dispatch
+want microcircuit && section microcircuit "${GPU_MC_LIMIT:-220}" $py -m benchmarks \
+  nest --only microcircuit --impls brainshard,twin "${mc[@]}" --out gpu_microcircuit
+want cuba && section cuba "${GPU_CUBA_LIMIT:-240}" $py -m benchmarks nest \
+  --only cuba --impls brainshard,twin "${cuba[@]}" --out gpu_cuba
+if want tests; then
+  # The example and its pure-JAX twin give the same spikes on the GPU (this
+  # file needs none of tests/conftest.py's 8 faked CPU devices) ...
+  section gpu_tests 90 $py -m pytest -q -p no:cacheprovider --noconftest \
+    -o addopts= tests/test_microcircuit_twin.py
+  # ... and the quick tier passes on this machine's JAX (on its CPU).
+  if $py -c "import xdist" 2>/dev/null; then
+    JAX_PLATFORMS=cpu section quick_tier 180 $py -m pytest -q \
+      -p no:cacheprovider -m "not slow" -n 8 --dist loadfile
+  else
+    echo "== quick_tier: skipped (no pytest-xdist here)"
+  fi
+fi
 for f in gpu_dispatch gpu_microcircuit gpu_cuba; do
   cp benchmarks/results/$f.md "$out/" 2>/dev/null
 done

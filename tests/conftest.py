@@ -25,6 +25,17 @@ def axis_type(request):
 
 
 @pytest.fixture(autouse=True)
+def slots_owned_by_this_thread():
+  """Every test starts as a fresh single-threaded program does: the test
+  thread owns the slots, lock-free (a test that started threads ended that
+  mode for the rest of its process; state.py: WINDOW)."""
+  window = bs._core.threads.WINDOW
+  if bs._core.threads.thread_frames.owner and not window.busy:
+    window.lockfree = bs._core.threads.GIL_ENABLED
+  yield
+
+
+@pytest.fixture(autouse=True)
 def no_tracer_left_in_any_state():
   """After every test, no live State holds a tracer in its global slot."""
   yield
@@ -35,4 +46,4 @@ def no_tracer_left_in_any_state():
     for leaf in jax.tree.leaves(value):
       assert not isinstance(leaf, jax.core.Tracer), (
           f"{state!r} holds a tracer after the test")
-  assert not bs._core.state.frame_stack(), "a brainshard frame was left active"
+  assert not bs._core.threads.frame_stack(), "a brainshard frame was left active"

@@ -4,6 +4,7 @@ states, plan growth, errors, the function's signature, and no re-tracing.
 Placement through the generated call is in test_placement.py."""
 
 import inspect
+import time
 
 import jax
 import jax.numpy as jnp
@@ -115,3 +116,177 @@ def test_eager_shard_map_pytree_state_and_kwargs():
   assert float(step(1.0, scale=2.0)) == 24.0
   np.testing.assert_allclose(s.value["b"], 2.0)
   assert s.value["a"].sharding.spec == P("x")
+
+
+# -- the owner's lock-free window (state.py: WINDOW) --------------------------
+
+
+def test_the_owner_thread_calls_and_reads_without_the_lock():
+  """While only the test thread uses States it takes no lock: a call and a
+  read finish while another thread holds SLOT_LOCK (without the window they
+  would wait for it)."""
+  import threading
+  from brainshard._core import threads as _state
+  assert _state.thread_frames.owner and _state.WINDOW.lockfree
+  v = bs.State(jnp.zeros(3), name="v")
+
+  @bs.jit
+  def step():
+    v.value = v.value + 1.0
+
+  step()
+  held, release = threading.Event(), threading.Event()
+
+  def hold_the_lock():
+    with _state.SLOT_LOCK:  # the raw lock: does not end lock-free mode
+      held.set()
+      release.wait(30)
+
+  holder = threading.Thread(target=hold_the_lock)
+  holder.start()
+  try:
+    assert held.wait(30)
+    start = time.monotonic()
+    step()  # with the lock: waits until the holder gives up, 30 s
+    np.testing.assert_allclose(v.value, 2.0)
+    assert time.monotonic() - start < 15
+  finally:
+    release.set()
+    holder.join(30)
+  assert _state.WINDOW.lockfree and _state.WINDOW.busy == 0
+
+
+def test_a_second_thread_waits_for_the_owners_call_then_everyone_locks():
+  """Another thread's first slot access ends lock-free mode, and waits while
+  the owner is between reading a slot and writing it back."""
+  import threading
+  from brainshard._core import threads as _state
+  v = bs.State(jnp.arange(3.0), name="v")
+  window = _state.WINDOW
+  window.busy += 1  # the owner, inside a call
+  got = []
+  reader = threading.Thread(target=lambda: got.append(v.value))
+  try:
+    reader.start()
+    reader.join(0.3)
+    assert reader.is_alive() and not got  # waiting for the owner
+    assert not window.lockfree
+  finally:
+    window.busy -= 1
+  reader.join(30)
+  np.testing.assert_allclose(got[0], [0.0, 1.0, 2.0])
+
+
+def test_the_owner_stepping_while_another_thread_starts_reading():
+  """The owner donates on every step while a thread starts reading and using
+  the value mid-run: no array a thread holds is ever deleted, no step lost."""
+  import threading
+  from brainshard._core import threads as _state
+  s = bs.State(jnp.zeros(64), name="shared")
+
+  @bs.jit
+  def step():
+    s.value = s.value + 1.0
+
+  errors, stop = [], threading.Event()
+
+  def reader():
+    try:
+      while not stop.is_set():
+        float(s.value.sum())  # fails if the buffer was donated under us
+    except BaseException as e:  # reported below
+      errors.append(e)
+
+  watcher = threading.Thread(target=reader)
+  for i in range(300):
+    if i == 100:
+      watcher.start()
+    step()
+  stop.set()
+  watcher.join(60)
+  assert not errors, errors
+  assert not _state.WINDOW.lockfree
+  np.testing.assert_allclose(s.value, np.full(64, 300.0))
+
+
+# -- a step without parameters ------------------------------------------------
+
+
+def test_a_step_without_parameters_called_with_arguments():
+  """The generated call of a function without parameters takes none: a call
+  with arguments fails as calling the function would, and changes nothing."""
+  v = bs.State(jnp.zeros(2))
+
+  @bs.jit
+  def step():
+    v.value = v.value + 1.0
+
+  step()
+  with pytest.raises(TypeError, match=r"step\(\) takes 0 positional"):
+    step(1.0)
+  with pytest.raises(TypeError, match=r"step\(\) got an unexpected keyword"):
+    step(x=1.0)
+  np.testing.assert_allclose(v.value, 1.0)
+  step()
+  np.testing.assert_allclose(v.value, 2.0)
+
+
+def test_each_jitted_function_calls_its_own_current_program():
+  """Calling the object runs its own plan's entry, also after the plan grew
+  (the entry is replaced) and for methods bound per instance."""
+  a, b = bs.State(jnp.zeros(())), bs.State(jnp.zeros(()))
+  flag = [False]
+
+  @bs.jit
+  def f():
+    a.value = a.value + 1.0
+    if flag[0]:
+      b.value = b.value + 10.0
+
+  @bs.jit
+  def g():
+    b.value = b.value + 100.0
+
+  f(), g()
+  first = type(f).__call__
+  flag[0] = True
+  f.clear_cache()  # the next trace touches b too: a new plan
+  f(), g()
+  assert type(f).__call__ is not first and type(f) is not type(g)
+  from brainshard._transforms.jit import JittedFunction
+  assert isinstance(f, JittedFunction) and type(f).__name__ == "JittedFunction"
+  np.testing.assert_allclose([a.value, b.value], [2.0, 210.0])
+
+  class Model:
+    def __init__(self, x):
+      self.s = bs.State(jnp.full((), x))
+
+    @bs.jit
+    def step(self):
+      self.s.value = self.s.value * 2.0
+
+  m1, m2 = Model(1.0), Model(3.0)
+  m1.step(), m2.step(), m1.step()
+  np.testing.assert_allclose([m1.s.value, m2.s.value], [4.0, 6.0])
+
+
+def test_a_placed_step_without_parameters():
+  """A step without parameters through the generated call's placement checks
+  (jit of a shard_map, and an eager shard_map): same values as unsharded."""
+  mesh = make_mesh((4,), ("x",))
+  v = bs.State(jnp.arange(8.0), name="v", spec=P("x"))
+  w = bs.State(jnp.arange(8.0), name="w", spec=P("x"))
+
+  def body(s):
+    s.value = s.value * 2.0 + 1.0
+
+  jitted = bs.jit(bs.shard_map(lambda: body(v), mesh=mesh))
+  eager = bs.shard_map(lambda: body(w), mesh=mesh)
+  for _ in range(3):
+    jitted()
+    eager()
+  want = np.arange(8.0)
+  for _ in range(3):
+    want = want * 2.0 + 1.0
+  np.testing.assert_allclose(v.value, want)
+  np.testing.assert_allclose(w.value, want)

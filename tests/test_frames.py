@@ -76,4 +76,4 @@ def test_two_threads_trace_functions_touching_the_same_state():
   np.testing.assert_array_equal(out_a.value, 2 * x)
   np.testing.assert_array_equal(out_b.value, x + 10)
   np.testing.assert_array_equal(shared.value, x)
-  assert not bs._core.state.frame_stack()
+  assert not bs._core.threads.frame_stack()

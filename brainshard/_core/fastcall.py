@@ -19,13 +19,16 @@ it only selects the compiled variant that does not donate that state.
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from typing import Any, Callable
 
 from brainshard._core import compat, donation
+from brainshard._core.args import fun_name
 from brainshard._core.errors import Rediscover
-from brainshard._core.state import SLOT_LOCK, thread_frames as _frames
+from brainshard._core.threads import (
+    OWNER, WINDOW, acquire_slots, release_slots, thread_frames as _frames)
 
 __all__ = ["MAX_STATES", "make_entry"]
 
@@ -53,23 +56,42 @@ def make_entry(program: Any) -> Callable:
       _variants=program.variants,
       _sole_tree=donation.sole_tree, _generic=program.call,
       _on_type_error=program.on_type_error, _retry=program.owner.retry,
-      _Rediscover=Rediscover, _acquire=SLOT_LOCK.acquire,
-      _release=SLOT_LOCK.release)
-  lines = ["def entry(*args, **kwargs):", "  try:"]
-  if max(len(program.reads), len(program.writes)) > MAX_STATES:
-    lines += ["    return _generic(args, kwargs)"]
+      _Rediscover=Rediscover, _acquire=acquire_slots,
+      _release=release_slots, _w=WINDOW)
+  generic = max(len(program.reads), len(program.writes)) > MAX_STATES
+  takes_args = generic or not _takes_nothing(program.owner.fun)
+  # A step without parameters (a simulation step) gets an entry without
+  # them: no argument tuple and keyword dict per call (measured at ~3% of a
+  # one-state dispatch), and a call with arguments fails as calling the
+  # function itself would ("step() takes 0 positional arguments ...").
+  params, passed = (("*args, **kwargs", "args, kwargs") if takes_args
+                    else ("", "(), {}"))
+  lines = [f"def entry({params}):", "  try:"]
+  if generic:
+    lines += [f"    return _generic({passed})"]
   else:
-    lines += ["    " + line for line in _body(program, ns)]
+    lines += ["    " + line for line in _body(program, ns, takes_args)]
   lines += ["  except _Rediscover as err:",
-            "    return _retry(err, args, kwargs)"]
+            f"    return _retry(err, {passed})"]
   # Named inside the package, so filtered tracebacks leave it out too.
   filename = os.path.join(_HERE, f"<generated call {program.owner.name}>")
   code = compile("\n".join(lines), filename, "exec")
   exec(code, ns)
-  return ns["entry"]
+  entry = ns["entry"]
+  if not takes_args:  # Python's own error for a call with arguments names it
+    entry.__name__ = entry.__qualname__ = fun_name(program.owner.fun)
+  return entry
 
 
-def _body(program: Any, ns: dict) -> list[str]:
+def _takes_nothing(fun: Callable) -> bool:
+  """Whether ``fun`` has no parameters at all (so no call passes any)."""
+  try:
+    return not inspect.signature(fun).parameters
+  except (TypeError, ValueError):  # no signature to read: assume some
+    return False
+
+
+def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
   cand = [f"c{i}" for i in range(len(program.cand))]
   rest = [f"r{i}" for i in range(len(program.rest))]
   for i, s in enumerate(program.cand):
@@ -78,16 +100,17 @@ def _body(program: Any, ns: dict) -> list[str]:
     ns[f"R{i}"] = s
   for i, s in enumerate(program.writes):
     ns[f"W{i}"] = s
-  # SLOT_LOCK (see state.py) is held from reading the slots to writing them
-  # back. Its bound acquire/release in a try/finally, not ``with``: measured
-  # here, ``with`` on an RLock costs about twice as much (a special-method
-  # lookup and a three-argument ``__exit__``), a tenth of a small dispatch.
+  # The slots are read and written back inside the owner's window or under
+  # SLOT_LOCK (state.py: WINDOW). The window is two attribute stores; the
+  # lock's acquire and release cost a tenth of a small dispatch. Both in a
+  # try/finally, not ``with`` (a special-method lookup and a three-argument
+  # ``__exit__``, measured at twice the cost of the bound methods).
   top, names = compat.top_level_source()  # inlined: no call
   ns.update(names)
-  head = [f"if _frames.stack or not ({top}):",
-          "  return _generic(args, kwargs)",
-          "_acquire()",
-          "try:"]
+  generic = "_generic(args, kwargs)" if takes_args else "_generic((), {})"
+  head = ["_mode = _frames.mode",
+          f"if not _mode or not ({top}):",  # a frame, or a foreign trace
+          f"  return {generic}"]
   lines = [f"c{i} = C{i}._value" for i in range(len(cand))]
   lines += [f"r{i} = R{i}._value" for i in range(len(rest))]
   lines += ["_j = _jitted"]
@@ -104,7 +127,7 @@ def _body(program: Any, ns: dict) -> list[str]:
   rest_arg = [f"[{', '.join(rest)}]"] if program.has_rest else []
   fast = program.place_targets(program) if program.place is not None else None
   if program.place is not None and fast is not None:
-    lines += _placement_checks(program, fast, ns, cand + rest)
+    lines += _placement_checks(fast, ns, cand + rest, generic, takes_args)
   lines += ["try:"]
   if program.place is None or fast is not None:
     # Star-arguments only when there are some: a call without arguments
@@ -116,13 +139,14 @@ def _body(program: Any, ns: dict) -> list[str]:
               "  elif args:",
               "    " + call(values, "*args"),
               "  else:",
-              "    " + call(values)]
+              "    " + call(values)] if takes_args else ["  " + call(values)]
   else:
     ns.update(_place=program.place, _program=program)
-    lines += [f"  cl, rl, args, kwargs = _place(_program, [{', '.join(cand)}], "
-              f"[{', '.join(rest)}], args, kwargs)",
+    passed = "args, kwargs" if takes_args else "(), {}"
+    lines += [f"  cl, rl, _a, _k = _place(_program, [{', '.join(cand)}], "
+              f"[{', '.join(rest)}], {passed})",
               "  " + call(["*cl"] + (["rl"] if program.has_rest else []),
-                          "*args", "**kwargs")]
+                          "*_a", "**_k")]
   lines += ["except TypeError:",
             "  _on_type_error()",
             "  raise"]
@@ -132,7 +156,17 @@ def _body(program: Any, ns: dict) -> list[str]:
               " = ".join(f"W{i}._sig" for i in range(len(program.writes)))
               + " = None"]
   lines += ["return out"]
-  return head + ["  " + line for line in lines] + ["finally:", "  _release()"]
+  body = ["  " + line for line in lines]
+  return (head + [f"if _mode == {OWNER}:",
+                  "  _w.busy += 1",
+                  "  if _w.lockfree:",
+                  "    try:"] + ["    " + line for line in body] +
+          ["    finally:",
+           "      _w.busy -= 1",
+           "  else:",
+           "    _w.busy -= 1",
+           "_acquire()",
+           "try:"] + body + ["finally:", "  _release()"])
 
 
 def _sole_tests(cand: list[str]) -> list[str]:
@@ -147,14 +181,16 @@ def _sole_tests(cand: list[str]) -> list[str]:
                   "  _j = _variants.get(_m) or _jitted_for(_m)"]
 
 
-def _placement_checks(program: Any, fast: tuple, ns: dict,
-                      local_names: list[str]) -> list[str]:
+def _placement_checks(fast: tuple, ns: dict, local_names: list[str],
+                      generic: str, takes_args: bool) -> list[str]:
   """Inline "already placed right?" checks; anything else takes the generic
   path, which places (device_put) what needs it.
 
   ``fast`` is ``(state_targets, arg_targets, place_args)``: one target
   sharding per state of ``program.reads``; for positional arguments either one
   target for all, or None and a ``place_args(args) -> args`` function.
+  ``generic`` is the fallback call; without ``takes_args`` the entry has no
+  parameters and there are no arguments to check.
   """
   state_targets, arg_target, place_args = fast
   tests = []
@@ -168,17 +204,22 @@ def _placement_checks(program: Any, fast: tuple, ns: dict,
       ns[f"S{i}"] = short
       test = f"{test} and {name}.sharding != S{i}"
     tests.append(test)
-  tests.append("kwargs")
+  if takes_args:
+    tests.append("kwargs")
+  if not tests:
+    return []
   lines = [f"if {' or '.join(tests)}:"]
   if local_names:
     lines += [f"  del {', '.join(local_names)}"]
-  lines += ["  return _generic(args, kwargs)"]
+  lines += [f"  return {generic}"]
+  if not takes_args:
+    return lines
   if arg_target is not None:
     ns["TA"] = arg_target
     lines += ["for a in args:",
               "  if type(a) is not _Array or a.sharding != TA:",
               "    del a" + "".join(f", {n}" for n in local_names),
-              "    return _generic(args, kwargs)"]
+              f"    return {generic}"]
   elif place_args is not None:
     ns["_place_args"] = place_args
     lines += ["if args:", "  args = _place_args(args)"]

@@ -24,8 +24,8 @@ import jax
 
 from brainshard._core import compat
 from brainshard._core.errors import StateTraceError
-from brainshard._core.state import (
-    UNSET, State, frame_stack, store, thread_frames)
+from brainshard._core.state import UNSET, State, store
+from brainshard._core.threads import FRAME_ACTIVE, frame_stack, thread_frames
 from brainshard._core.values import (
     Signature, describe_signature, describe_value, signature, to_array)
 
@@ -79,17 +79,22 @@ class Frame:
   # -- lifetime -------------------------------------------------------------
 
   def __enter__(self) -> "Frame":
-    stack = thread_frames.stack
+    frames = thread_frames
+    stack = frames.stack
     self.parent = stack[-1] if stack else None
     self._trace = compat.current_trace()
     self._trace_state = compat.get_opaque_trace_state()
     stack.append(self)
+    frames.mode = FRAME_ACTIVE
     return self
 
   def __exit__(self, *exc) -> None:
-    stack = thread_frames.stack
+    frames = thread_frames
+    stack = frames.stack
     assert stack and stack[-1] is self, "brainshard frame stack corrupted"
     stack.pop()
+    if not stack:
+      frames.mode = frames.idle_mode
     if self._foreign_reads:  # see compat.forget_staged_closures
       compat.forget_staged_closures()
 

@@ -33,12 +33,13 @@ from brainshard._core.frames import (
     ReplayFrame, current_signature, gather_values, replay, union,
     write_results)
 from brainshard._core.placement import HintedPlacement
-from brainshard._core.state import SLOT_LOCK, State, thread_frames as _frames
+from brainshard._core.state import State
+from brainshard._core.threads import (
+    acquire_slots, release_slots, thread_frames as _frames)
 
 __all__ = ["Program", "StatefulJit", "Rediscover"]
 
 _getrefcount = sys.getrefcount
-_acquire_slots, _release_slots = SLOT_LOCK.acquire, SLOT_LOCK.release
 
 _MAX_VARIANTS = 8  # donation choices compiled per program before giving up
 
@@ -196,11 +197,11 @@ class Program:
     """Runs the program once: prepare, call, write back (steps 1-5)."""
     if _frames.stack:  # traced: the values read are tracers, no donation
       return self._run(args, kwargs, compiled, fixed_mask)
-    _acquire_slots()  # see state.py: donation must not race other threads
+    acquire_slots()  # see state.py: donation must not race other threads
     try:
       return self._run(args, kwargs, compiled, fixed_mask)
     finally:
-      _release_slots()
+      release_slots()
 
   def _run(self, args, kwargs, compiled, fixed_mask):
     _, jitted, jargs, jkwargs = self.prepare(args, kwargs, fixed_mask)
@@ -288,6 +289,7 @@ class StatefulJit:
     self.place_targets = place_targets or (lambda program: None)
     # id(state) -> PlacementHint, from the shard_maps inside the function
     self.placements: dict[int, Any] = {}
+    self.on_entry: Callable | None = None  # told each new entry (jit.py)
     self.program = None
     caches.register(self)  # bs.clear_caches() forgets the program too
 
@@ -299,6 +301,8 @@ class StatefulJit:
   def program(self, program: Program | None) -> None:
     self._program = program
     self.entry = self._first_call if program is None else program.entry
+    if self.on_entry is not None:
+      self.on_entry(self.entry)
 
   def _discover_stateful(self, args, kwargs):
     d = self.stateful.discover(*args, **kwargs)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 import sys
-import threading
 import weakref
 from typing import Any, ClassVar, Iterator, Sequence
 
@@ -25,6 +24,8 @@ import jax
 from brainshard._core import compat
 from brainshard._core.errors import StateTraceError, check_not_scalar_list
 from brainshard._core.state_extras import StateExtras
+from brainshard._core.threads import (
+    OWNER, WINDOW, acquire_slots, current_frame, release_slots, thread_frames)
 from brainshard._core.values import (
     Signature, canonical, describe_signature, describe_value, signature,
     to_array)
@@ -42,40 +43,6 @@ _live_states: "weakref.WeakSet[State]" = weakref.WeakSet()
 # jax.jit and optax can flatten (JAX sorts dict keys). `next` on a count is
 # atomic under the GIL.
 _creation_counter = itertools.count()
-
-
-# ----------------------------------------------------------------------------
-# The per-thread frame stack
-
-
-# Held by a top-level brainshard call from reading the states' slots until
-# its results are written back, and by top-level `.value` reads. A call may
-# donate a state's buffer once its reference count shows that only the State
-# holds it; without the lock another thread could take a reference between
-# that check and the dispatch, and find the array deleted.
-SLOT_LOCK = threading.RLock()
-_acquire_slots, _release_slots = SLOT_LOCK.acquire, SLOT_LOCK.release
-
-
-class _ThreadFrames(threading.local):
-  def __init__(self):
-    self.stack: list = []  # of frames.Frame, which imports this module
-
-
-# ``thread_frames.stack`` is this thread's frame stack, innermost last: the
-# attribute itself, for the call paths that test it on every call (one
-# attribute load; frame_stack() below is the same list behind a call).
-thread_frames = _ThreadFrames()
-
-
-def frame_stack() -> list:
-  """This thread's active frames, innermost last."""
-  return thread_frames.stack
-
-
-def current_frame() -> Any:
-  stack = thread_frames.stack
-  return stack[-1] if stack else None
 
 
 # ----------------------------------------------------------------------------
@@ -161,16 +128,22 @@ class State(StateExtras):
 
   @property
   def value(self) -> Any:
-    stack = thread_frames.stack
-    if stack:
-      return stack[-1].read(self)
-    # Read after every step in the notebook pattern: the lock's bound
-    # methods (half the cost of ``with`` here) and the slot read inline.
-    _acquire_slots()
-    try:
-      value = self._value
-    finally:
-      _release_slots()
+    frames = thread_frames
+    mode = frames.mode
+    if not mode:  # FRAME_ACTIVE
+      return frames.stack[-1].read(self)
+    # Read after every step in the notebook pattern: the owner's window (see
+    # WINDOW) or the lock, and the slot read inline.
+    if mode == OWNER:
+      WINDOW.busy += 1
+      if WINDOW.lockfree:
+        value = self._value
+        WINDOW.busy -= 1
+      else:
+        WINDOW.busy -= 1
+        value = self._locked_slot()
+    else:
+      value = self._locked_slot()
     if value is UNSET:
       return self.global_value()  # raises: a transform-local state
     return value
@@ -303,6 +276,13 @@ class State(StateExtras):
     else:
       desc = "..."
     return f"{type(self).__name__}({desc}) created at {self._origin}"
+
+  def _locked_slot(self) -> Any:
+    acquire_slots()
+    try:
+      return self._value
+    finally:
+      release_slots()
 
   @property
   def slot(self) -> Any:

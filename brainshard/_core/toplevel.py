@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from brainshard._core import compat
 from brainshard._core.errors import StateTraceError
-from brainshard._core.state import frame_stack
+from brainshard._core.threads import frame_stack
 
 __all__ = ["is_eager", "require_top_level"]
 

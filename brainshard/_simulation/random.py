@@ -27,7 +27,8 @@ import numpy as np
 
 from brainshard._core import compat
 from brainshard._core.frames import manual_axes
-from brainshard._core.state import SLOT_LOCK, State, frame_stack
+from brainshard._core.state import State
+from brainshard._core.threads import frame_stack, outside_frames, slots_locked
 
 __all__ = ["RandomState", "default_state", "seed", "split_key", "check"]
 
@@ -144,7 +145,7 @@ class RandomState(State):
     """Restarts the stream from a seed or key (a State write); without one,
     from a fresh nondeterministic seed."""
     key = _as_key(seed_or_key, f"{self.label()}.seed")
-    with SLOT_LOCK:  # not between another thread's read and write of the key
+    with slots_locked():  # not between another thread's read and write of the key
       self.value = key
 
   def split_key(self, n: int | None = None) -> jax.Array:
@@ -168,7 +169,7 @@ class RandomState(State):
     # Eager draws from several threads must not read the same key.
     # SLOT_LOCK, not a lock of our own: a top-level bs.jit call that
     # draws holds it from reading this key until it writes the next one.
-    with SLOT_LOCK:
+    with slots_locked():
       return self._advance()
 
   def _advance(self) -> jax.Array:
@@ -205,14 +206,8 @@ def _make_default() -> RandomState:
   # Possibly first used while a transform traces: the default state must
   # still live at top level (not be local to that transform) with a
   # concrete key.
-  stack = frame_stack()
-  saved = stack[:]
-  del stack[:]
-  try:
-    with compat.eager():
-      return RandomState(DEFAULT_SEED, name="default")
-  finally:
-    stack[:] = saved
+  with outside_frames(), compat.eager():
+    return RandomState(DEFAULT_SEED, name="default")
 
 
 def seed(seed_or_key: Any = None) -> None:

@@ -33,7 +33,8 @@ from brainshard._core.caches import Cache
 from brainshard._core.discovery import Discovery, DiscoveryCache, discover
 from brainshard._core.frames import ReplayFrame, replay
 from brainshard._core.program import StatefulJit
-from brainshard._core.state import State, frame_stack
+from brainshard._core.state import State
+from brainshard._core.threads import frame_stack
 from brainshard._core.toplevel import is_eager
 
 __all__ = ["discover_body", "run_body", "dispatch", "eager_call", "is_eager",

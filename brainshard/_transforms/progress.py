@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from brainshard._core.frames import manual_axes
-from brainshard._core.state import frame_stack
+from brainshard._core.threads import frame_stack
 
 __all__ = ["ProgressBar", "as_progress_bar"]
 

@@ -33,7 +33,8 @@ from brainshard._core.program import StatefulJit
 from brainshard._core.specs import (
     StateSpecs, check_kwarg_specs, check_spec, check_state_specs_arg,
     has_explicit_axes, manual_spec, same_spec, spec_axes)
-from brainshard._core.state import State, thread_frames
+from brainshard._core.state import State
+from brainshard._core.threads import thread_frames
 from brainshard._transforms.shard_frames import ShardFrame, reshard
 from brainshard._transforms.shard_placement import Placement
 from brainshard._transforms.shard_plan import Plan, ShardPlanner, spec_tree

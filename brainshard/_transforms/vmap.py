@@ -36,7 +36,8 @@ from brainshard._core.discovery import discover
 from brainshard._core.frames import (
     Frame, ReplayFrame, current_signature, gather_values, replay,
     write_results)
-from brainshard._core.state import State, frame_stack
+from brainshard._core.state import State
+from brainshard._core.threads import frame_stack
 from brainshard._core.values import (
     describe_signature, describe_value, signature)
 from brainshard._transforms.control import dispatch
