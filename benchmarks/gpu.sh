@@ -12,7 +12,8 @@
 # the microcircuit's twin test on the GPU, and the quick test tier on this
 # machine's JAX (its CPU). GPU_SMOKE=1 shrinks every section (a check of the
 # script itself, on any machine); GPU_SECTIONS="dispatch cuba" runs only
-# those; GPU_CUBA_SIZES, GPU_MC_SCALES and GPU_REPEATS set the sizes.
+# those; GPU_CUBA_SIZES, GPU_MC_SCALES, GPU_*_REPEATS and GPU_*_LIMIT (the
+# sections' seconds) size them.
 set -u
 out=${1:-${OUT:-benchmarks/results/gpu}}
 mkdir -p "$out"
@@ -41,9 +42,9 @@ if [ "$smoke" = 1 ]; then
   mc=(--scales 0.01 --mc-duration 0.02 --warmup 10 --repeats 1)
   cuba=(--sizes 4000 --duration 0.05 --warmup 10 --repeats 1)
 else
-  mc=(--scales "${GPU_MC_SCALES:-0.1,1.0}" --repeats "${GPU_REPEATS:-1}")
+  mc=(--scales "${GPU_MC_SCALES:-0.1,1.0}" --repeats "${GPU_MC_REPEATS:-1}")
   cuba=(--sizes "${GPU_CUBA_SIZES:-40000,400000,4000000}"
-        --repeats "${GPU_REPEATS:-1}")
+        --repeats "${GPU_CUBA_REPEATS:-1}")
 fi
 want() { [[ " ${GPU_SECTIONS:-probe dispatch microcircuit cuba tests} " == *" $1 "* ]]; }
 want probe && section probe 30 $py -m benchmarks dispatch-probe
@@ -51,7 +52,7 @@ want dispatch && section dispatch 100 $py -m benchmarks suite --quick \
   --only dispatch --no-peers --no-docs --name gpu_dispatch
 want microcircuit && section microcircuit "${GPU_MC_LIMIT:-220}" $py -m benchmarks \
   nest --only microcircuit --impls brainshard,twin "${mc[@]}" --out gpu_microcircuit
-want cuba && section cuba "${GPU_CUBA_LIMIT:-240}" $py -m benchmarks nest \
+want cuba && section cuba "${GPU_CUBA_LIMIT:-300}" $py -m benchmarks nest \
   --only cuba --impls brainshard,twin "${cuba[@]}" --out gpu_cuba
 if want tests; then
   # The example and its pure-JAX twin give the same spikes on the GPU (this
@@ -60,7 +61,7 @@ if want tests; then
     -o addopts= tests/test_microcircuit_twin.py
   # ... and the quick tier passes on this machine's JAX (on its CPU).
   if $py -c "import xdist" 2>/dev/null; then
-    JAX_PLATFORMS=cpu section quick_tier 180 $py -m pytest -q \
+    JAX_PLATFORMS=cpu section quick_tier "${GPU_TIER_LIMIT:-180}" $py -m pytest -q \
       -p no:cacheprovider -m "not slow" -n 8 --dist loadfile
   else
     echo "== quick_tier: skipped (no pytest-xdist here)"
