@@ -19,6 +19,7 @@ it only selects the compiled variant that does not donate that state.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import sys
@@ -52,8 +53,8 @@ def make_entry(program: Any) -> Callable:
   ns: dict[str, Any] = dict(
       _frames=_frames, _rc=sys.getrefcount,
       _Array=compat.ArrayImpl,
-      _jitted=program.j_all, _jitted_for=program.jitted_for,
-      _variants=program.variants,
+      _jitted=program.j_all, _kept=(kept := {}),
+      _keep=functools.partial(_kept_variant, program, kept),
       _sole_tree=donation.sole_tree, _generic=program.call,
       _on_type_error=program.on_type_error, _retry=program.owner.retry,
       _Rediscover=Rediscover, _acquire=acquire_slots,
@@ -171,14 +172,23 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
 
 def _sole_tests(cand: list[str]) -> list[str]:
   """One test per candidate, each run once into a local: the kept-reference
-  case builds its mask from them instead of testing again."""
+  case picks its variant from them instead of testing again."""
   # The sole-owner count as a literal: a constant load, not a global one.
   lines = [f"d{i} = _rc({c}) == {donation.SOLE_LOCAL} and (type({c}) is "
            f"_Array or _sole_tree({c}))" for i, c in enumerate(cand)]
   tests = [f"d{i}" for i in range(len(cand))]
-  return lines + [f"if not ({' and '.join(tests)}):",
-                  f"  _m = ({', '.join(tests)},)",
-                  "  _j = _variants.get(_m) or _jitted_for(_m)"]
+  # The variant is looked up by the kept candidates' indices, usually one:
+  # hashing a tuple of every candidate's flag cost ~3 us at 100 states.
+  return (lines + [f"if not ({' and '.join(tests)}):", "  _k = ()"] +
+          [f"  if not d{i}: _k += ({i},)" for i in range(len(cand))] +
+          ["  _j = _kept.get(_k) or _keep(_k)"])
+
+
+def _kept_variant(program: Any, cache: dict, kept: tuple[int, ...]) -> Any:
+  """The jitted program donating every candidate but those at ``kept``."""
+  mask = tuple(i not in kept for i in range(len(program.cand)))
+  j = cache[kept] = program.jitted_for(mask)
+  return j
 
 
 def _placement_checks(fast: tuple, ns: dict, local_names: list[str],

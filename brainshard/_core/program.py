@@ -216,12 +216,6 @@ class Program:
   def on_type_error(self) -> None:
     gather_values(self.reads, self.owner.name)  # the State's own error, if any
 
-  @property
-  def variants(self) -> dict[tuple[bool, ...], Any]:
-    """The ``jax.jit`` compiled so far per donation mask (the generated
-    call looks a kept reference's mask up here)."""
-    return self._jitted
-
 
 def _discovered(stateful: DiscoveryCache, args, kwargs):
   """The cached discovery of this call and its argument leaves, valid while
