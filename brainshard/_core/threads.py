@@ -38,9 +38,9 @@ _acquire_lock, release_slots = SLOT_LOCK.acquire, SLOT_LOCK.release
 # small dispatch, the lock's acquire and release cost half a microsecond, a
 # tenth of the call; the owner instead marks `WINDOW.busy` around its slot
 # accesses and checks `WINDOW.lockfree`. Any other thread that touches a slot
-# first clears `lockfree` and waits until the owner is not busy (Dekker's
-# handshake: each side writes its flag, then reads the other's), and from
-# then on every thread takes the lock. Free-threaded Python has no GIL to
+# first clears `lockfree` (for good: from then on every thread takes the
+# lock) and waits until the owner is not busy (Dekker's handshake: each side
+# writes its flag, then reads the other's). Free-threaded Python has no GIL to
 # order those flags: there every thread takes the lock from the start.
 GIL_ENABLED = getattr(sys, "_is_gil_enabled", lambda: True)()
 
@@ -70,8 +70,10 @@ def _claim_owner() -> bool:
 
 def acquire_slots() -> None:
   """Takes ``SLOT_LOCK``; on a thread that is not the owner, first ends the
-  owner's lock-free mode (waiting until its slot accesses finish)."""
-  if WINDOW.lockfree and not thread_frames.owner:
+  owner's lock-free mode and waits until its slot accesses finish."""
+  if not thread_frames.owner:
+    # Every other thread waits, not only the first: a call the owner began
+    # before the switch may still be running when a third thread arrives.
     WINDOW.lockfree = False
     pause = 1e-5
     while WINDOW.busy:  # the owner is between a slot read and its write-back
