@@ -19,7 +19,7 @@ import jax
 
 import brainshard as bs
 from benchmarks import _models as M
-from brainshard._core import donation, fastcall, program as _program
+from brainshard._core import donation, fastcall, program as _program, threads
 
 
 def probe(n: int, calls: int = 200, keep: bool = False) -> dict:
@@ -38,8 +38,9 @@ def probe(n: int, calls: int = 200, keep: bool = False) -> dict:
   _program.Program.call = counting
   try:
     # The generated call binds program.call when made: make it again.
-    prog = jitted._core.program
-    prog.entry = jitted._core.entry = fastcall.make_entry(prog)
+    prog, core = jitted._core.program, jitted._core
+    prog.entry = core.entry = fastcall.make_entry(prog)
+    core.on_entry(core.entry)  # what calling `jitted` runs
     held = None
     for _ in range(calls):
       jitted()
@@ -59,7 +60,9 @@ def main(argv: list[str] | None = None) -> None:
   import argparse
   argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
   print(f"jax {jax.__version__} on {jax.devices()[0].platform}, Python "
-        f"{sys.version.split()[0]}; AUTO_SUPPORTED={donation.AUTO_SUPPORTED}")
+        f"{sys.version.split()[0]}; AUTO_SUPPORTED={donation.AUTO_SUPPORTED}; "
+        f"GIL {threads.GIL_ENABLED}, this thread owns the slots "
+        f"{threads.thread_frames.owner}, lock-free {threads.WINDOW.lockfree}")
   for keep in (False, True):
     for n in (1, 10, 100):
       r = probe(n, keep=keep)
