@@ -68,6 +68,6 @@ if want tests; then
   fi
 fi
 for f in gpu_dispatch gpu_microcircuit gpu_cuba; do
-  cp benchmarks/results/$f.md "$out/" 2>/dev/null
+  cp benchmarks/results/$f.md benchmarks/results/$f.json "$out/" 2>/dev/null
 done
 echo "== results in $out"

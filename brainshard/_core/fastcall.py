@@ -65,8 +65,8 @@ def make_entry(program: Any) -> Callable:
   # them: no argument tuple and keyword dict per call (measured at ~3% of a
   # one-state dispatch), and a call with arguments fails as calling the
   # function itself would ("step() takes 0 positional arguments ...").
-  params, passed = (("*args, **kwargs", "args, kwargs") if takes_args
-                    else ("", "(), {}"))
+  params = "*args, **kwargs" if takes_args else ""
+  passed = _passed(takes_args)
   lines = [f"def entry({params}):", "  try:"]
   if generic:
     lines += [f"    return _generic({passed})"]
@@ -82,6 +82,11 @@ def make_entry(program: Any) -> Callable:
   if not takes_args:  # Python's own error for a call with arguments names it
     entry.__name__ = entry.__qualname__ = fun_name(program.owner.fun)
   return entry
+
+
+def _passed(takes_args: bool) -> str:
+  """What the generated code passes on as ``(args, kwargs)``."""
+  return "args, kwargs" if takes_args else "(), {}"
 
 
 def _takes_nothing(fun: Callable) -> bool:
@@ -102,13 +107,13 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
   for i, s in enumerate(program.writes):
     ns[f"W{i}"] = s
   # The slots are read and written back inside the owner's window or under
-  # SLOT_LOCK (state.py: WINDOW). The window is two attribute stores; the
+  # SLOT_LOCK (threads.py: WINDOW). The window is two attribute stores; the
   # lock's acquire and release cost a tenth of a small dispatch. Both in a
   # try/finally, not ``with`` (a special-method lookup and a three-argument
   # ``__exit__``, measured at twice the cost of the bound methods).
   top, names = compat.top_level_source()  # inlined: no call
   ns.update(names)
-  generic = "_generic(args, kwargs)" if takes_args else "_generic((), {})"
+  generic = f"_generic({_passed(takes_args)})"
   head = ["_mode = _frames.mode",
           f"if not _mode or not ({top}):",  # a frame, or a foreign trace
           f"  return {generic}"]
@@ -143,9 +148,8 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
               "    " + call(values)] if takes_args else ["  " + call(values)]
   else:
     ns.update(_place=program.place, _program=program)
-    passed = "args, kwargs" if takes_args else "(), {}"
     lines += [f"  cl, rl, _a, _k = _place(_program, [{', '.join(cand)}], "
-              f"[{', '.join(rest)}], {passed})",
+              f"[{', '.join(rest)}], {_passed(takes_args)})",
               "  " + call(["*cl"] + (["rl"] if program.has_rest else []),
                           "*_a", "**_k")]
   lines += ["except TypeError:",
@@ -157,17 +161,21 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
               " = ".join(f"W{i}._sig" for i in range(len(program.writes)))
               + " = None"]
   lines += ["return out"]
-  body = ["  " + line for line in lines]
   return (head + [f"if _mode == {OWNER}:",
                   "  _w.busy += 1",
-                  "  if _w.lockfree:",
-                  "    try:"] + ["    " + line for line in body] +
-          ["    finally:",
-           "      _w.busy -= 1",
-           "  else:",
+                  "  _free = _w.lockfree",
+                  "  if not _free:",  # another thread ended lock-free mode
+                  "    _w.busy -= 1",
+                  "    _acquire()",
+                  "else:",
+                  "  _free = False",
+                  "  _acquire()",
+                  "try:"] + ["  " + line for line in lines] +
+          ["finally:",
+           "  if _free:",
            "    _w.busy -= 1",
-           "_acquire()",
-           "try:"] + body + ["finally:", "  _release()"])
+           "  else:",
+           "    _release()"])
 
 
 def _sole_tests(cand: list[str]) -> list[str]:

@@ -197,7 +197,7 @@ class Program:
     """Runs the program once: prepare, call, write back (steps 1-5)."""
     if _frames.stack:  # traced: the values read are tracers, no donation
       return self._run(args, kwargs, compiled, fixed_mask)
-    acquire_slots()  # see state.py: donation must not race other threads
+    acquire_slots()  # see threads.py: donation must not race other threads
     try:
       return self._run(args, kwargs, compiled, fixed_mask)
     finally:

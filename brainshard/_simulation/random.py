@@ -145,7 +145,8 @@ class RandomState(State):
     """Restarts the stream from a seed or key (a State write); without one,
     from a fresh nondeterministic seed."""
     key = _as_key(seed_or_key, f"{self.label()}.seed")
-    with slots_locked():  # not between another thread's read and write of the key
+    # not between another thread's read and write of the key
+    with slots_locked():
       self.value = key
 
   def split_key(self, n: int | None = None) -> jax.Array:
@@ -166,9 +167,9 @@ class RandomState(State):
     """The key of one draw, advancing the state (the same on every shard)."""
     if frame_stack():  # traced: the frame records the read and the write
       return self._advance()
-    # Eager draws from several threads must not read the same key.
-    # SLOT_LOCK, not a lock of our own: a top-level bs.jit call that
-    # draws holds it from reading this key until it writes the next one.
+    # Eager draws from several threads must not read the same key. The
+    # slots' guard, not a lock of our own: it also keeps out a top-level
+    # bs.jit call that draws, from reading this key to writing the next.
     with slots_locked():
       return self._advance()
 

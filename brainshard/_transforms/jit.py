@@ -74,7 +74,8 @@ class JittedFunction:
     self._core.on_entry = functools.partial(_set_call, own)
     _set_call(own, self._core.entry)
 
-  # Objects made without __init__ (copy.copy): the core's entry, fetched.
+  # An object whose type is JittedFunction itself (made without __init__,
+  # so without a type of its own): the core's entry, fetched per call.
   __call__ = property(operator.attrgetter("_core.entry"))
 
   def __get__(self, instance, owner=None):
