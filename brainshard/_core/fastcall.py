@@ -4,9 +4,10 @@ For a program with a few states, the generic call path's list building,
 ``map``/``zip`` iteration and star-argument packing cost more than the rest
 of brainshard's work per call (measured: about 3 us of a 10 us dispatch on a
 2-core machine). Knowing the states up front, a program can instead run a
-straight-line function: read each state's slot into a local, check each
-candidate's reference count, call the jitted program with the values as
-positional arguments, unpack the results straight into the slots. This is
+straight-line function: read each state's slot into a local, count the
+references of the candidates whose value may be shared (donation.py), call
+the jitted program with the values as positional arguments, unpack the
+results straight into the slots. This is
 how ``dataclasses`` and ``attrs`` make their ``__init__``: generate the
 code once, run it many times.
 
@@ -51,8 +52,7 @@ def make_entry(program: Any) -> Callable:
   which re-plans (``owner.retry``) and calls again.
   """
   ns: dict[str, Any] = dict(
-      _frames=_frames, _rc=sys.getrefcount,
-      _Array=compat.ArrayImpl,
+      _frames=_frames, _rc=sys.getrefcount, _Array=compat.ArrayImpl,
       _jitted=program.j_all, _kept=(kept := {}),
       _keep=functools.partial(_kept_variant, program, kept),
       _sole_tree=donation.sole_tree, _generic=program.call,
@@ -121,9 +121,6 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
   lines += [f"r{i} = R{i}._value" for i in range(len(rest))]
   lines += ["_j = _jitted"]
   if program.check_refs and cand:
-    # Per candidate: held only by its State (a pytree value: every node held
-    # only by its parent). A kept reference selects the variant that leaves
-    # that state's buffer alone, without leaving this function.
     lines += _sole_tests(cand)
   def call(states: list[str], *extra: str) -> str:
     # the program's arguments: the candidates, the other states as one list
@@ -156,7 +153,11 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
             "  _on_type_error()",
             "  raise"]
   if program.writes:
+    # This call's own outputs: nothing else refers to them (donation.py), and
+    # their signature is computed when asked for.
     targets = ", ".join(f"W{i}._value" for i in range(len(program.writes)))
+    # (Always reset: a trace during this call may have cached the old
+    # value's signature there.)
     lines += [f"{targets}, = new",
               " = ".join(f"W{i}._sig" for i in range(len(program.writes)))
               + " = None"]
@@ -179,17 +180,20 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
 
 
 def _sole_tests(cand: list[str]) -> list[str]:
-  """One test per candidate, each run once into a local: the kept-reference
-  case picks its variant from them instead of testing again."""
+  """Counts the references of the candidates whose value may be referenced
+  elsewhere (``C{i}._sig`` is not None: see donation.py), usually none, or
+  the one a notebook reads after each step. A kept reference selects the
+  variant that leaves that state's buffer alone, without leaving this
+  function. Inline, not a helper: right after a dispatch a Python call costs
+  several times what it costs in a loop (measured: a 10-line helper, 1.1 us)."""
+  fresh = " and ".join(f"C{i}._sig is None" for i in range(len(cand)))
   # The sole-owner count as a literal: a constant load, not a global one.
-  lines = [f"d{i} = _rc({c}) == {donation.SOLE_LOCAL} and (type({c}) is "
-           f"_Array or _sole_tree({c}))" for i, c in enumerate(cand)]
-  tests = [f"d{i}" for i in range(len(cand))]
-  # The variant is looked up by the kept candidates' indices, usually one:
-  # hashing a tuple of every candidate's flag cost ~3 us at 100 states.
-  return (lines + [f"if not ({' and '.join(tests)}):", "  _k = ()"] +
-          [f"  if not d{i}: _k += ({i},)" for i in range(len(cand))] +
-          ["  _j = _kept.get(_k) or _keep(_k)"])
+  tests = [f"  if C{i}._sig is not None and not (_rc({c}) == "
+           f"{donation.SOLE_LOCAL} and (type({c}) is _Array or "
+           f"_sole_tree({c}))): _k += ({i},)" for i, c in enumerate(cand)]
+  return ([f"if not ({fresh}):", "  _k = ()"] + tests +
+          ["  if _k:",  # looked up by the kept indices: usually one
+           "    _j = _kept.get(_k) or _keep(_k)"])
 
 
 def _kept_variant(program: Any, cache: dict, kept: tuple[int, ...]) -> Any:

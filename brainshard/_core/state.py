@@ -25,7 +25,8 @@ from brainshard._core import compat
 from brainshard._core.errors import StateTraceError, check_not_scalar_list
 from brainshard._core.state_extras import StateExtras
 from brainshard._core.threads import (
-    OWNER, WINDOW, acquire_slots, current_frame, release_slots, thread_frames)
+    OWNER, WINDOW, acquire_slots, current_frame, hold_slots, let_go_slots,
+    release_slots, thread_frames)
 from brainshard._core.values import (
     Signature, canonical, describe_signature, describe_value, signature,
     to_array)
@@ -49,12 +50,21 @@ _creation_counter = itertools.count()
 # State
 
 
-class _Unset:
+class _Marker:
+  def __init__(self, text: str):
+    self._text = text
+
   def __repr__(self):
-    return "<unset>"
+    return self._text
 
 
-UNSET = _Unset()  # the global slot of a State that exists only in a trace
+UNSET = _Marker("<unset>")  # the slot of a State that exists only in a trace
+
+# `State._sig` is None only while the value is a compiled call's own output
+# that nothing has read since: then that call's successor may donate it
+# without counting references (donation.py). Any read through the State, or
+# a value put in from outside, leaves the signature there, or LENT.
+LENT = _Marker("<lent>")
 
 
 class State(StateExtras):
@@ -110,7 +120,7 @@ class State(StateExtras):
       caller = caller.f_back
     self._origin = f"{caller.f_code.co_filename}:{caller.f_lineno}"
     self._created_in: str | None = None
-    self._sig: Signature | None = None
+    self._sig: Signature | _Marker | None = LENT  # see LENT
     self._value = UNSET
     self._placed = None  # see _keep_placed
     self._order = next(_creation_counter)
@@ -138,6 +148,8 @@ class State(StateExtras):
       WINDOW.busy += 1
       if WINDOW.lockfree:
         value = self._value
+        if self._sig is None:
+          self._sig = LENT
         WINDOW.busy -= 1
       else:
         WINDOW.busy -= 1
@@ -234,7 +246,8 @@ class State(StateExtras):
 
   # States order by creation (equality stays identity, so hashing is by id).
   # jax.jit sorts a {State: ...} dict's keys on every call, so these are
-  # kept lean: no isinstance check on the way that succeeds.
+  # kept lean: no isinstance check on the way that succeeds. `>` and `>=`
+  # are Python's reflections of these two.
   def __lt__(self, other):
     try:
       return self._order < other._order
@@ -247,17 +260,10 @@ class State(StateExtras):
     except AttributeError:
       return NotImplemented
 
-  def __gt__(self, other):
-    try:
-      return self._order > other._order
-    except AttributeError:
-      return NotImplemented
-
-  def __ge__(self, other):
-    try:
-      return self._order >= other._order
-    except AttributeError:
-      return NotImplemented
+  def __getstate__(self):  # a copy or a pickle shares the value
+    if self._sig is None:
+      self._sig = LENT
+    return self.__dict__
 
   # -- internal surface -------------------------------------------------------
   # What brainshard's other modules use of a State beyond ``value`` (users
@@ -269,7 +275,7 @@ class State(StateExtras):
     where it was created when it has no name."""
     if self.name is not None:
       return f"{type(self).__name__} {self.name!r}"
-    if self._sig is not None:
+    if self._sig is not None and self._sig is not LENT:
       desc = describe_signature(self._sig)
     elif self._value is not UNSET:
       desc = describe_value(self._value)
@@ -280,6 +286,8 @@ class State(StateExtras):
   def _locked_slot(self) -> Any:
     acquire_slots()
     try:
+      if self._sig is None:
+        self._sig = LENT
       return self._value
     finally:
       release_slots()
@@ -288,11 +296,15 @@ class State(StateExtras):
   def slot(self) -> Any:
     """The global slot as is: the concrete value, or ``UNSET`` while the
     State exists only inside a transform. No frame, lock or check."""
+    if self._sig is None:
+      self._sig = LENT
     return self._value
 
   def global_value(self) -> Any:
     """The concrete value in the global slot (frames ignored); raises for
     a State created inside a transform that has returned."""
+    if self._sig is None:
+      self._sig = LENT
     value = self._value
     if value is UNSET:
       raise StateTraceError(
@@ -305,7 +317,7 @@ class State(StateExtras):
   def global_signature(self) -> Signature:
     """The signature of :meth:`global_value`."""
     value = self.global_value()  # raises for a transform-local state
-    if self._sig is None:  # computed lazily: write-backs only reset it
+    if self._sig is LENT:  # computed lazily: write-backs only reset it
       self._sig = signature(value)
     return self._sig
 
@@ -327,16 +339,20 @@ class State(StateExtras):
   def set_global(self, value: Any) -> None:
     """Puts an already checked concrete value in the global slot (a write:
     the signature and placement are forgotten)."""
-    self._value = value
-    self._sig = None
-    self._created_in = None
-    self._placed = None
+    locked = hold_slots()  # not while another thread's call donates
+    try:
+      self._sig = LENT  # the caller may still hold the value
+      self._value = value
+      self._created_in = None
+      self._placed = None
+    finally:
+      let_go_slots(locked)
 
   def keep_placed_value(self, value: Any) -> None:
     """Replaces the value by the same value placed where a program reads it
     (not a write: see _core/placement.py ``keep_placed``)."""
     self._value = value
-    self._sig = None
+    self._sig = LENT
     leaf = jax.tree.leaves(value)[:1]
     # A weak reference: a second strong one would stop donation.
     self._placed = weakref.ref(leaf[0]) if leaf else None
@@ -365,7 +381,7 @@ def store(states: Sequence[State], values: Sequence[Any]) -> None:
   the generated call of _core/fastcall.py inlines the same two writes)."""
   for state, value in zip(states, values, strict=True):
     state._value = value
-    state._sig = None
+    state._sig = LENT  # a transform's results may be referenced elsewhere
 
 
 def live_states() -> Iterator[State]:

@@ -20,7 +20,8 @@ from typing import Any, Iterator
 __all__ = [
     "SLOT_LOCK", "WINDOW", "FRAME_ACTIVE", "OWNER", "OTHER", "GIL_ENABLED",
     "thread_frames", "frame_stack", "current_frame", "outside_frames",
-    "acquire_slots", "release_slots", "slots_locked",
+    "acquire_slots", "release_slots", "slots_locked", "hold_slots",
+    "let_go_slots",
 ]
 
 
@@ -80,6 +81,25 @@ def acquire_slots() -> None:
       time.sleep(pause)  # (it releases the GIL in JAX's dispatch)
       pause = min(2 * pause, 1e-3)
   _acquire_lock()
+
+
+def hold_slots() -> bool:
+  """Holds the slots as a top-level call does: the owner's window while it
+  is lock-free, else ``SLOT_LOCK``. Returns what ``let_go_slots`` undoes."""
+  if thread_frames.owner:
+    WINDOW.busy += 1
+    if WINDOW.lockfree:
+      return False
+    WINDOW.busy -= 1
+  acquire_slots()
+  return True
+
+
+def let_go_slots(locked: bool) -> None:
+  if locked:
+    release_slots()
+  else:
+    WINDOW.busy -= 1
 
 
 @contextlib.contextmanager
