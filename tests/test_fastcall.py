@@ -182,6 +182,38 @@ def test_a_second_thread_waits_for_the_owners_call_then_everyone_locks():
     np.testing.assert_allclose(value, [0.0, 1.0, 2.0])
 
 
+def test_a_write_from_another_thread_waits_for_the_owners_call():
+  """A write is a slot access too: it marks the State for counting
+  (donation.py), and the mark and the value must change together, not in
+  the middle of the owner's call. What the writer still holds is never
+  donated."""
+  import threading
+  from brainshard._core import threads as _state
+  v = bs.State(jnp.zeros(3), name="v")
+
+  @bs.jit
+  def step():
+    v.value = v.value + 1.0
+
+  step()
+  window = _state.WINDOW
+  window.busy += 1  # the owner, inside a call
+  mine = jnp.full(3, 10.0)
+  writer = threading.Thread(target=lambda: setattr(v, "value", mine))
+  try:
+    writer.start()
+    writer.join(0.3)
+    assert writer.is_alive() and not window.lockfree
+  finally:
+    window.busy -= 1
+  writer.join(30)
+  step()
+  step()
+  assert not mine.is_deleted()
+  np.testing.assert_allclose(mine, 10.0)
+  np.testing.assert_allclose(v.value, 12.0)
+
+
 def test_the_owner_stepping_while_another_thread_starts_reading():
   """The owner donates on every step while a thread starts reading and using
   the value mid-run: no array a thread holds is ever deleted, no step lost."""
