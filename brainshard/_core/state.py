@@ -377,8 +377,9 @@ class LongTermState(State):
 
 
 def store(states: Sequence[State], values: Sequence[Any]) -> None:
-  """Puts concrete results into the states' global slots (top level only;
-  the generated call of _core/fastcall.py inlines the same two writes)."""
+  """Puts concrete results into the states' global slots (top level only).
+  The generated call of _core/fastcall.py writes its own outputs inline,
+  with ``_sig`` None: read by nothing yet (see LENT)."""
   for state, value in zip(states, values, strict=True):
     state._value = value
     state._sig = LENT  # a transform's results may be referenced elsewhere
