@@ -233,6 +233,19 @@ def test_only_values_that_may_be_shared_are_counted(monkeypatch):
   np.testing.assert_allclose([s.value[0] for s in states], [8.0] * 3)
 
 
+def test_jax_outputs_are_fresh_objects_with_their_own_buffers():
+  """What the uncounted write-back relies on (donation.py): a compiled
+  call's outputs are new objects with new buffers, even an input passed
+  straight through, or one value returned twice."""
+  a, b = jnp.ones(8), jnp.ones(8)
+  f = jax.jit(lambda x, y: (x, y + 1, y, x))
+  for _ in range(2):  # the first call and the C++ fast path
+    out = f(a, b)
+    objects = [*out, a, b]
+    assert len({id(x) for x in objects}) == len(objects)
+    assert len({ptr(x) for x in objects}) == len(objects)
+
+
 @pytest.mark.parametrize("how", ["created", "written", "restored", "copied"])
 def test_value_put_in_from_outside_is_counted(how):
   """The user still holds what they put in (or a copy of the State shares
