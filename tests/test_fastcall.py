@@ -156,6 +156,45 @@ def test_the_owner_thread_calls_and_reads_without_the_lock():
   assert _state.WINDOW.lockfree and _state.WINDOW.busy == 0
 
 
+def test_the_owner_thread_takes_no_lock_on_the_generic_path_or_a_draw(
+    monkeypatch):
+  """The generic call path (too many states for a generated call) and an
+  eager random draw hold the slots as the generated call does: the owner's
+  window, not SLOT_LOCK, while it alone uses States."""
+  import threading
+  from brainshard._core import threads as _state
+  monkeypatch.setattr(_fastcall, "MAX_STATES", 0)
+  v = bs.State(jnp.zeros(3), name="v")
+
+  @bs.jit
+  def step():
+    v.value = v.value + 1.0
+
+  step()
+  rng = bs.random.RandomState(0)
+  held, release = threading.Event(), threading.Event()
+
+  def hold_the_lock():
+    with _state.SLOT_LOCK:  # the raw lock: does not end lock-free mode
+      held.set()
+      release.wait(30)
+
+  holder = threading.Thread(target=hold_the_lock)
+  holder.start()
+  try:
+    assert held.wait(30)
+    start = time.monotonic()
+    step()  # with the lock: each waits until the holder gives up, 30 s
+    rng.normal(size=2)
+    rng.seed(1)
+    np.testing.assert_allclose(v.value, 2.0)
+    assert time.monotonic() - start < 15
+  finally:
+    release.set()
+    holder.join(30)
+  assert _state.WINDOW.lockfree and _state.WINDOW.busy == 0
+
+
 def test_a_second_thread_waits_for_the_owners_call_then_everyone_locks():
   """Another thread's first slot access ends lock-free mode, and waits while
   the owner is between reading a slot and writing it back."""

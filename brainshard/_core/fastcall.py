@@ -154,10 +154,9 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
             "  raise"]
   if program.writes:
     # This call's own outputs: nothing else refers to them (donation.py), and
-    # their signature is computed when asked for.
+    # their signature is computed when asked for. Always reset: a trace
+    # during this call may have cached the old value's signature there.
     targets = ", ".join(f"W{i}._value" for i in range(len(program.writes)))
-    # (Always reset: a trace during this call may have cached the old
-    # value's signature there.)
     lines += [f"{targets}, = new",
               " = ".join(f"W{i}._sig" for i in range(len(program.writes)))
               + " = None"]

@@ -35,7 +35,7 @@ from brainshard._core.frames import (
 from brainshard._core.placement import HintedPlacement
 from brainshard._core.state import State
 from brainshard._core.threads import (
-    acquire_slots, release_slots, thread_frames as _frames)
+    hold_slots, let_go_slots, thread_frames as _frames)
 
 __all__ = ["Program", "StatefulJit", "Rediscover"]
 
@@ -197,11 +197,11 @@ class Program:
     """Runs the program once: prepare, call, write back (steps 1-5)."""
     if _frames.stack:  # traced: the values read are tracers, no donation
       return self._run(args, kwargs, compiled, fixed_mask)
-    acquire_slots()  # see threads.py: donation must not race other threads
+    locked = hold_slots()  # see threads.py: donation must not race others
     try:
       return self._run(args, kwargs, compiled, fixed_mask)
     finally:
-      release_slots()
+      let_go_slots(locked)
 
   def _run(self, args, kwargs, compiled, fixed_mask):
     _, jitted, jargs, jkwargs = self.prepare(args, kwargs, fixed_mask)

@@ -148,7 +148,7 @@ class State(StateExtras):
       WINDOW.busy += 1
       if WINDOW.lockfree:
         value = self._value
-        if self._sig is None:
+        if self._sig is None:  # _lend(), inline: the notebook's per-step read
           self._sig = LENT
         WINDOW.busy -= 1
       else:
@@ -261,8 +261,7 @@ class State(StateExtras):
       return NotImplemented
 
   def __getstate__(self):  # a copy or a pickle shares the value
-    if self._sig is None:
-      self._sig = LENT
+    self._lend()
     return self.__dict__
 
   # -- internal surface -------------------------------------------------------
@@ -283,11 +282,15 @@ class State(StateExtras):
       desc = "..."
     return f"{type(self).__name__}({desc}) created at {self._origin}"
 
+  def _lend(self) -> None:
+    """Marks the value as handed out: the next call counts it (LENT)."""
+    if self._sig is None:
+      self._sig = LENT
+
   def _locked_slot(self) -> Any:
     acquire_slots()
     try:
-      if self._sig is None:
-        self._sig = LENT
+      self._lend()
       return self._value
     finally:
       release_slots()
@@ -296,15 +299,13 @@ class State(StateExtras):
   def slot(self) -> Any:
     """The global slot as is: the concrete value, or ``UNSET`` while the
     State exists only inside a transform. No frame, lock or check."""
-    if self._sig is None:
-      self._sig = LENT
+    self._lend()
     return self._value
 
   def global_value(self) -> Any:
     """The concrete value in the global slot (frames ignored); raises for
     a State created inside a transform that has returned."""
-    if self._sig is None:
-      self._sig = LENT
+    self._lend()
     value = self._value
     if value is UNSET:
       raise StateTraceError(

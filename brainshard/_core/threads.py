@@ -104,12 +104,12 @@ def let_go_slots(locked: bool) -> None:
 
 @contextlib.contextmanager
 def slots_locked() -> Iterator[None]:
-  """``with slots_locked():`` holds ``SLOT_LOCK`` (see acquire_slots)."""
-  acquire_slots()
+  """``with slots_locked():`` holds the slots (see hold_slots)."""
+  locked = hold_slots()
   try:
     yield
   finally:
-    release_slots()
+    let_go_slots(locked)
 
 
 class _ThreadFrames(threading.local):
