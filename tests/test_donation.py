@@ -201,10 +201,9 @@ def _counting_refs(monkeypatch, step):
   return counted
 
 
-def test_only_values_that_may_be_shared_are_counted(monkeypatch):
-  """A compiled call's own outputs, read by nothing since, are donated
-  without counting; a read through the State brings the count back for
-  that state only, until the next call replaces its value."""
+def _steady_loop(monkeypatch):
+  """Three States stepped by ``bs.jit`` twice (steady), and the list of
+  values its next calls count (see _counting_refs)."""
   states = [bs.State(jnp.zeros(64)) for _ in range(3)]
 
   @bs.jit
@@ -214,7 +213,14 @@ def test_only_values_that_may_be_shared_are_counted(monkeypatch):
 
   step()
   step()
-  counted = _counting_refs(monkeypatch, step)
+  return states, step, _counting_refs(monkeypatch, step)
+
+
+def test_only_values_that_may_be_shared_are_counted(monkeypatch):
+  """A compiled call's own outputs, read by nothing since, are donated
+  without counting; a read through the State brings the count back for
+  that state only, until the next call replaces its value."""
+  states, step, counted = _steady_loop(monkeypatch)
   before = [ptr(s.value) for s in states]  # reads: each is counted once
   step()
   assert len(counted) == 3 and set(before) == {ptr(s.value) for s in states}
@@ -274,6 +280,35 @@ def test_value_put_in_from_outside_is_counted(how):
   assert not value.is_deleted()
   if how != "created":  # a new State: `step` still updates the old one
     np.testing.assert_allclose(s.value, 7.0 if how != "copied" else 4.0)
+
+
+@pytest.mark.parametrize("how", ["read", "slot", "global_value", "copied",
+                                 "written", "restored", "placed", "stored"])
+def test_every_way_a_value_may_be_shared_brings_the_count_back(
+    monkeypatch, how):
+  """A steady loop counts nothing; each way a value can get a second
+  owner makes the next call count that State (and only that call)."""
+  import copy
+  from brainshard._core.state import store
+  states, step, counted = _steady_loop(monkeypatch)
+  step()
+  assert counted == []
+  s, new = states[1], jnp.full(64, 5.0)
+  held = {"read": lambda: s.value, "slot": lambda: s.slot,
+          "global_value": s.global_value, "copied": lambda: copy.copy(s),
+          "written": lambda: setattr(s, "value", new),
+          "restored": lambda: s.restore_value(new),
+          "placed": lambda: s.keep_placed_value(new),
+          "stored": lambda: store([s], [new])}[how]()
+  shared = id(s._value)
+  step()
+  assert counted == [shared]
+  counted.clear()
+  step()
+  assert counted == []
+  if how == "copied":
+    held = held.value
+  assert held is None or not held.is_deleted()
 
 
 def test_each_set_of_kept_references_gets_its_own_variant():

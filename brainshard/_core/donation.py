@@ -43,7 +43,10 @@ pickle) or put in from outside (written, placed, restored) since a compiled
 call last wrote them. A compiled call's write-back puts in that call's own
 outputs, which JAX made for it and refers to nowhere else. The State keeps
 that mark in its signature cache (``State._sig``): ``None`` there means
-"written back by a compiled call, read by nothing since".
+"written back by a compiled call, read by nothing since". And each time
+a State leaves that mark, ``LENDS.now`` takes a new number: a call that
+finds the number it noted after its last write-back knows that none of its
+States was read since, without testing each.
 A registered pytree node whose ``unflatten`` also stores the arrays
 elsewhere is the one case that mark cannot see.
 
@@ -53,6 +56,7 @@ donates.
 
 from __future__ import annotations
 
+import itertools
 import sys
 from typing import Any, Callable, Sequence
 
@@ -60,11 +64,24 @@ from jax.tree_util import tree_flatten as _tree_flatten
 
 from brainshard._core.compat import ArrayImpl
 
-__all__ = ["SOLE", "SOLE_LOCAL", "AUTO_SUPPORTED", "ARRAY_TYPES", "sole_mask", "sole_tree"]
+__all__ = ["SOLE", "SOLE_LOCAL", "AUTO_SUPPORTED", "ARRAY_TYPES", "LENDS",
+           "next_lend", "sole_mask", "sole_tree"]
 
 _getrefcount = sys.getrefcount
 
 ARRAY_TYPES = frozenset({ArrayImpl})
+
+
+class _LendClock:
+  """``now``: a new number each time a State's value may become shared."""
+  __slots__ = ("now",)
+
+
+LENDS = _LendClock()
+LENDS.now = 0
+# Unique numbers, never reused: a lost update between two threads still
+# leaves a number that no call has noted.
+next_lend = itertools.count(1).__next__
 
 
 class _Holder:

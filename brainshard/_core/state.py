@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Iterator, Sequence
 import jax
 
 from brainshard._core import compat
+from brainshard._core.donation import LENDS, next_lend
 from brainshard._core.errors import StateTraceError, check_not_scalar_list
 from brainshard._core.state_extras import StateExtras
 from brainshard._core.threads import (
@@ -63,7 +64,8 @@ UNSET = _Marker("<unset>")  # the slot of a State that exists only in a trace
 # `State._sig` is None only while the value is a compiled call's own output
 # that nothing has read since: then that call's successor may donate it
 # without counting references (donation.py). Any read through the State, or
-# a value put in from outside, leaves the signature there, or LENT.
+# a value put in from outside, leaves the signature there, or LENT, and
+# moves the clock LENDS on.
 LENT = _Marker("<lent>")
 
 
@@ -150,6 +152,7 @@ class State(StateExtras):
         value = self._value
         if self._sig is None:  # _lend(), inline: the notebook's per-step read
           self._sig = LENT
+          LENDS.now = next_lend()
         WINDOW.busy -= 1
       else:
         WINDOW.busy -= 1
@@ -286,6 +289,7 @@ class State(StateExtras):
     """Marks the value as handed out: the next call counts it (LENT)."""
     if self._sig is None:
       self._sig = LENT
+      LENDS.now = next_lend()
 
   def _locked_slot(self) -> Any:
     acquire_slots()
@@ -343,6 +347,7 @@ class State(StateExtras):
     locked = hold_slots()  # not while another thread's call donates
     try:
       self._sig = LENT  # the caller may still hold the value
+      LENDS.now = next_lend()
       self._value = value
       self._created_in = None
       self._placed = None
@@ -354,6 +359,7 @@ class State(StateExtras):
     (not a write: see _core/placement.py ``keep_placed``)."""
     self._value = value
     self._sig = LENT
+    LENDS.now = next_lend()
     leaf = jax.tree.leaves(value)[:1]
     # A weak reference: a second strong one would stop donation.
     self._placed = weakref.ref(leaf[0]) if leaf else None
@@ -384,6 +390,7 @@ def store(states: Sequence[State], values: Sequence[Any]) -> None:
   for state, value in zip(states, values, strict=True):
     state._value = value
     state._sig = LENT  # a transform's results may be referenced elsewhere
+  LENDS.now = next_lend()
 
 
 def live_states() -> Iterator[State]:
