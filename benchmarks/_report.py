@@ -287,17 +287,22 @@ def render(doc: dict, out_dir: str, analysis: str | None = None, *,
     analysis = open(path).read() if os.path.exists(path) else ""
   lines = [INTRO]
   peers = ", ".join(f"{k} {v}" for k, v in meta.get("peers", {}).items()) or "not installed"
+  dispatch = (f" (dispatch: {meta['dispatch_repeats']})"
+              if "dispatch_repeats" in meta else "")
   lines += [f"Measured {meta['date']} on {meta['platform']}, {meta['cpu_count']} "
             f"CPU cores, {meta['devices']} devices (faked with "
             "`--xla_force_host_platform_device_count=8`), Python "
             f"{meta['python']}, JAX {meta['jax']}, brainshard {meta['brainshard']}; "
             f"peers: {peers}. Mode: {'quick' if meta['quick'] else 'full'}, "
-            f"{meta['repeats']} interleaved repeats; load average at the end "
+            f"{meta['repeats']} interleaved repeats{dispatch}; "
+            "load average at the end "
             f"{', '.join(f'{x:.1f}' for x in meta.get('load_avg', []))} (the "
             f"machine was shared); whole run {meta.get('wall_s', 0):.0f} s.", ""]
   for u in meta.get("updated", []):
+    reps = (f"{u['repeats']} repeats (dispatch: {u['dispatch_repeats']}); "
+            if "dispatch_repeats" in u else "")
     lines += [f"Re-measured {u['date']} (`--only {','.join(u['workloads'])}`; "
-              "load average at the end "
+              f"{reps}load average at the end "
               f"{', '.join(f'{x:.1f}' for x in u.get('load_avg') or [])}): "
               "those sections only.", ""]
   lines += ["## Goals", ""] + _goal_summary(results) + [""]

@@ -115,6 +115,10 @@ def dispatch_cases(n: int):
 
 
 PURE_DISPATCH = "jax.jit(donate_argnums)"
+# Three times the repeats for dispatch: its goals are 5% apart, and a batch
+# of a few-µs call swings by more than that (the median of 25 ratios moved
+# by ±0.05 between runs); each repeat costs only ~0.03 s per case.
+DISPATCH_REPEATS = 3
 PURE_KEPT = "jax.jit(donate_argnums, one kept)"
 BS_KEPT = f"{BS} (a reference kept)"
 
@@ -141,7 +145,7 @@ def w_dispatch(ctx: Ctx) -> list[dict]:
         "nnx.jit": (_peers.nnx_dispatch, (n,))})
     # The goal's baseline donates, as bs.jit does: the same work. jax.jit
     # without donation stays beside as an information row.
-    t = compare(cases, PURE_DISPATCH, repeats=ctx.repeats,
+    t = compare(cases, PURE_DISPATCH, repeats=DISPATCH_REPEATS * ctx.repeats,
                 target_s=0.01 if ctx.quick else 0.03)
     # With a reference kept, the same work donates every buffer but that one.
     kept = {PURE_KEPT: t[PURE_KEPT], BS_KEPT: against(t, BS_KEPT, PURE_KEPT)}

@@ -35,9 +35,11 @@ def _meta(args) -> dict:
   import jax
   import brainshard as bs
   from benchmarks import _peers
+  from benchmarks._workloads import DISPATCH_REPEATS
   meta = dict(
       date=datetime.datetime.now().isoformat(timespec="seconds"),
       quick=args.quick, repeats=args.repeats,
+      dispatch_repeats=DISPATCH_REPEATS * args.repeats,
       python=platform.python_version(), jax=jax.__version__,
       brainshard=bs.__version__, platform=platform.platform(),
       cpu_count=os.cpu_count(), devices=f"{jax.device_count()} x "
@@ -138,6 +140,8 @@ def _write(doc: dict, args: argparse.Namespace, paths: dict) -> None:
     if "meta" in old:
       doc["meta"] = dict(old["meta"], updated=old["meta"].get("updated", []) + [
           dict(workloads=args.workloads, date=doc["meta"]["date"],
+               repeats=args.repeats,
+               dispatch_repeats=doc["meta"]["dispatch_repeats"],
                load_avg=doc["meta"].get("load_avg"),
                wall_s=doc["meta"]["wall_s"])])
     if "profile" not in doc and "profile" in old:

@@ -236,8 +236,10 @@ FOREIGN = {"_getframe", "_exit", "_replace", "_asdict", "_fields", "_make"}
 # Underscore names of a declared surface, and the package that may read
 # them: State's slot itself, read directly on the core's call path (one
 # attribute load per State per call, where a property would cost a call);
-# elsewhere it is ``state.slot``.
-DECLARED = {"_value": "brainshard._core"}
+# elsewhere it is ``state.slot``. And its creation number, the key under
+# which the clock of lends names the State (donation.LENDS), read by the
+# generated call when it is made.
+DECLARED = {"_value": "brainshard._core", "_order": "brainshard._core"}
 
 
 def _family(module: str) -> str:

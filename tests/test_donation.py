@@ -311,6 +311,40 @@ def test_every_way_a_value_may_be_shared_brings_the_count_back(
   assert held is None or not held.is_deleted()
 
 
+def test_a_read_since_the_last_call_is_counted_wherever_it_was(monkeypatch):
+  """After one read the call counts that State alone; after two, both. A
+  read of another function's State is no business of this one's: that
+  function still counts it, and the reference stays intact."""
+  states, step, counted = _steady_loop(monkeypatch)
+  other = bs.State(jnp.zeros(64))
+
+  @bs.jit
+  def step_other():
+    other.value = other.value + 1
+
+  step_other()
+  step_other()
+  counted_other = _counting_refs(monkeypatch, step_other)
+  step()
+  assert counted == []
+  read = states[1].value
+  step()
+  assert counted == [id(read)]
+  counted.clear()
+  one, two = states[0].value, states[2].value
+  step()  # the State read before the previous call is not counted again
+  assert sorted(counted) == sorted([id(one), id(two)])
+  counted.clear()
+  held = other.value
+  step()  # one read since its last call, of a State it does not touch
+  assert counted == []
+  step_other()
+  assert counted_other == [id(held)] and not held.is_deleted()
+  assert not one.is_deleted() and not two.is_deleted()
+  np.testing.assert_allclose(held, 2.0)
+  np.testing.assert_allclose(other.value, 3.0)
+
+
 def test_each_set_of_kept_references_gets_its_own_variant():
   """Which values are kept picks the variant: exactly the others donated."""
   states = [bs.State(jnp.zeros(64), name=f"s{i}") for i in range(3)]

@@ -73,14 +73,16 @@ ARRAY_TYPES = frozenset({ArrayImpl})
 
 
 class _LendClock:
-  """``now``: a new number each time a State's value may become shared."""
-  __slots__ = ("now",)
+  """``now``: a new number each time a State's value may become shared,
+  one more than the last; ``last``: which State that was (its ``_order``,
+  not the State: no strong reference), set before ``now``."""
+  __slots__ = ("now", "last")
 
 
 LENDS = _LendClock()
-LENDS.now = 0
-# Unique numbers, never reused: a lost update between two threads still
-# leaves a number that no call has noted.
+LENDS.now, LENDS.last = 0, None
+# Numbers never reused: a lost update between two threads still leaves one
+# that no call has noted (where lends are not serialised by the slots).
 next_lend = itertools.count(1).__next__
 
 

@@ -61,7 +61,7 @@ def make_entry(program: Any) -> Callable:
       _on_type_error=program.on_type_error, _retry=program.owner.retry,
       _Rediscover=Rediscover, _acquire=acquire_slots,
       _release=release_slots, _w=WINDOW, _L=donation.LENDS,
-      _noted=[None])
+      _noted=[None, None])  # the clock after the last write-back, and + 1
   generic = max(len(program.reads), len(program.writes)) > MAX_STATES
   takes_args = generic or not _takes_nothing(program.owner.fun)
   # A step without parameters (a simulation step) gets an entry without
@@ -123,9 +123,9 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
   lines = [f"c{i} = C{i}._value" for i in range(len(cand))]
   lines += [f"r{i} = R{i}._value" for i in range(len(rest))]
   lines += ["_j = _jitted"]
-  if program.check_refs and cand:
-    lines += ["if _L.now is not _noted[0]:"]  # a State was lent since
-    lines += ["  " + line for line in _sole_tests(cand)]
+  counts = program.check_refs and bool(cand)
+  if counts:
+    lines += _lent_tests(program, ns, cand)
   def call(states: list[str], *extra: str) -> str:
     # the program's arguments: the candidates, the other states as one list
     # (only where there are some: Program.has_rest), then the call's own
@@ -163,12 +163,19 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
     # or during this call (a trace caches the old value's signature there):
     # else every mark is still None.
     targets = ", ".join(f"W{i}._value" for i in range(len(program.writes)))
-    lines += [f"{targets}, = new",
-              "_n = _L.now",
-              "if _n is not _noted[0]:",
-              "  " + " = ".join(f"W{i}._sig" for i in range(len(program.writes)))
-              + " = None",
-              "  _noted[0] = _n"]
+    reset = " = ".join(f"W{i}._sig" for i in range(len(program.writes)))
+    lines += [f"{targets}, = new", "_n = _L.now", "if _n is not _noted[0]:"]
+    if counts:  # the one State lent before this call, none during it
+      ns["_write_at"] = {s._order: s for s in program.writes}
+      lines += ["  if _one is not None and _n is _n0:",
+                "    _s = _write_at.get(_one)",
+                "    if _s is not None:",
+                "      _s._sig = None",
+                "  else:",
+                f"    {reset} = None"]
+    else:
+      lines += [f"  {reset} = None"]
+    lines += ["  _noted[0], _noted[1] = _n, _n + 1"]
   lines += ["return out"]
   return (head + [f"if _mode == {OWNER}:",
                   "  _w.busy += 1",
@@ -185,6 +192,25 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
            "    _w.busy -= 1",
            "  else:",
            "    _release()"])
+
+
+def _lent_tests(program: Any, ns: dict, cand: list[str]) -> list[str]:
+  """Which candidates to keep (not donate), tested only where the clock
+  moved since the last write-back (donation.LENDS): after one lend, that
+  State alone (the notebook's read after each step), else each one."""
+  ns["_cand_at"] = {s._order: (s, (i,)) for i, s in enumerate(program.cand)}
+  value = "_c[0]._value"
+  return ["_n0 = _L.now",
+          "_one = None",
+          "if _n0 is not _noted[0]:",
+          "  if _n0 == _noted[1]:",
+          "    _one = _L.last",
+          "    _c = _cand_at.get(_one)",
+          f"    if _c is not None and not (_rc({value}) == "
+          f"{donation.SOLE_LOCAL} and (type({value}) is _Array or "
+          f"_sole_tree({value}))):",
+          "      _j = _kept.get(_c[1]) or _keep(_c[1])",
+          "  else:"] + ["    " + line for line in _sole_tests(cand)]
 
 
 def _sole_tests(cand: list[str]) -> list[str]:

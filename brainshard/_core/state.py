@@ -150,8 +150,8 @@ class State(StateExtras):
       WINDOW.busy += 1
       if WINDOW.lockfree:
         value = self._value
-        if self._sig is None:  # _lend(), inline: the notebook's per-step read
-          self._sig = LENT
+        if self._sig is None:  # _mark(), inline: the notebook's per-step read
+          self._sig, LENDS.last = LENT, self._order
           LENDS.now = next_lend()
         WINDOW.busy -= 1
       else:
@@ -288,8 +288,12 @@ class State(StateExtras):
   def _lend(self) -> None:
     """Marks the value as handed out: the next call counts it (LENT)."""
     if self._sig is None:
-      self._sig = LENT
-      LENDS.now = next_lend()
+      self._mark()
+
+  def _mark(self) -> None:
+    """The value may be shared from now on (LENT), and the clock says so."""
+    self._sig, LENDS.last = LENT, self._order  # `last` first: see LENDS
+    LENDS.now = next_lend()
 
   def _locked_slot(self) -> Any:
     acquire_slots()
@@ -346,11 +350,9 @@ class State(StateExtras):
     the signature and placement are forgotten)."""
     locked = hold_slots()  # not while another thread's call donates
     try:
-      self._sig = LENT  # the caller may still hold the value
-      LENDS.now = next_lend()
+      self._mark()  # the caller may still hold the value
       self._value = value
-      self._created_in = None
-      self._placed = None
+      self._created_in = self._placed = None
     finally:
       let_go_slots(locked)
 
@@ -358,8 +360,7 @@ class State(StateExtras):
     """Replaces the value by the same value placed where a program reads it
     (not a write: see _core/placement.py ``keep_placed``)."""
     self._value = value
-    self._sig = LENT
-    LENDS.now = next_lend()
+    self._mark()
     leaf = jax.tree.leaves(value)[:1]
     # A weak reference: a second strong one would stop donation.
     self._placed = weakref.ref(leaf[0]) if leaf else None
@@ -389,8 +390,7 @@ def store(states: Sequence[State], values: Sequence[Any]) -> None:
   with ``_sig`` None: read by nothing yet (see LENT)."""
   for state, value in zip(states, values, strict=True):
     state._value = value
-    state._sig = LENT  # a transform's results may be referenced elsewhere
-  LENDS.now = next_lend()
+    state._mark()  # a transform's results may be referenced elsewhere
 
 
 def live_states() -> Iterator[State]:
