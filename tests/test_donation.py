@@ -201,6 +201,19 @@ def _counting_refs(monkeypatch, step):
   return counted
 
 
+def _stepped_state():
+  """A State and a ``bs.jit`` step adding one to it, called twice."""
+  s = bs.State(jnp.zeros(64))
+
+  @bs.jit
+  def step():
+    s.value = s.value + 1
+
+  step()
+  step()
+  return s, step
+
+
 def _steady_loop(monkeypatch):
   """Three States stepped by ``bs.jit`` twice (steady), and the list of
   values its next calls count (see _counting_refs)."""
@@ -257,14 +270,7 @@ def test_value_put_in_from_outside_is_counted(how):
   """The user still holds what they put in (or a copy of the State shares
   it): the next call counts it and leaves it intact."""
   import copy
-  s = bs.State(jnp.zeros(64))
-
-  @bs.jit
-  def step():
-    s.value = s.value + 1
-
-  step()
-  step()
+  s, step = _stepped_state()
   held = jnp.full(64, 5.0)
   if how == "created":
     s = bs.State(held)
@@ -316,14 +322,7 @@ def test_a_read_since_the_last_call_is_counted_wherever_it_was(monkeypatch):
   read of another function's State is no business of this one's: that
   function still counts it, and the reference stays intact."""
   states, step, counted = _steady_loop(monkeypatch)
-  other = bs.State(jnp.zeros(64))
-
-  @bs.jit
-  def step_other():
-    other.value = other.value + 1
-
-  step_other()
-  step_other()
+  other, step_other = _stepped_state()
   counted_other = _counting_refs(monkeypatch, step_other)
   step()
   assert counted == []
