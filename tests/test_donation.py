@@ -16,7 +16,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import brainshard as bs
-from brainshard._core import donation as _donation
+from brainshard._core import donation as _donation, fastcall
 
 from conftest import make_mesh
 
@@ -214,10 +214,11 @@ def _stepped_state():
   return s, step
 
 
-def _steady_loop(monkeypatch):
-  """Three States stepped by ``bs.jit`` twice (steady), and the list of
-  values its next calls count (see _counting_refs)."""
-  states = [bs.State(jnp.zeros(64)) for _ in range(3)]
+def _steady_loop(monkeypatch, n=fastcall.CLOCK_FROM + 1):
+  """``n`` States stepped by ``bs.jit`` twice (steady), and the list of
+  values its next calls count (see _counting_refs). The default is enough
+  States for the generated call to read the clock of lends."""
+  states = [bs.State(jnp.zeros(64)) for _ in range(n)]
 
   @bs.jit
   def step():
@@ -229,15 +230,16 @@ def _steady_loop(monkeypatch):
   return states, step, _counting_refs(monkeypatch, step)
 
 
-def test_only_values_that_may_be_shared_are_counted(monkeypatch):
+@pytest.mark.parametrize("n", [2, fastcall.CLOCK_FROM])  # without, with clock
+def test_only_values_that_may_be_shared_are_counted(monkeypatch, n):
   """A compiled call's own outputs, read by nothing since, are donated
   without counting; a read through the State brings the count back for
   that state only, until the next call replaces its value."""
-  states, step, counted = _steady_loop(monkeypatch)
+  states, step, counted = _steady_loop(monkeypatch, n)
   before = [ptr(s.value) for s in states]  # reads: each is counted once
   step()
-  assert len(counted) == 3 and set(before) == {ptr(s.value) for s in states}
-  step()  # counts the three read by the line above
+  assert len(counted) == n and set(before) == {ptr(s.value) for s in states}
+  step()  # counts the ones read by the line above
   counted.clear()
   step()
   step()
@@ -249,7 +251,7 @@ def test_only_values_that_may_be_shared_are_counted(monkeypatch):
   del kept
   step()
   assert counted == []
-  np.testing.assert_allclose([s.value[0] for s in states], [8.0] * 3)
+  np.testing.assert_allclose([s.value[0] for s in states], [8.0] * n)
 
 
 def test_jax_outputs_are_fresh_objects_with_their_own_buffers():

@@ -32,13 +32,18 @@ from brainshard._core.errors import Rediscover
 from brainshard._core.threads import (
     OWNER, WINDOW, acquire_slots, release_slots, thread_frames as _frames)
 
-__all__ = ["MAX_STATES", "make_entry"]
+__all__ = ["MAX_STATES", "CLOCK_FROM", "make_entry"]
 
 # Beyond this many states, the generic path. At N = 1000 the generated call
 # costs about 45 ns per state against the generic path's 115 (JAX's own cost
 # is 1.6 us per array), but compiling its source takes 60-90 ms, once, and
 # grows faster than N (0.5 s at 4096).
 MAX_STATES = 1024
+
+# From this many written states, the clock of lends (donation.LENDS) stands
+# in for each State's mark test and reset; below it, those cost less than
+# reading and noting the clock (measured: one State, 0.1 us more with it).
+CLOCK_FROM = 4
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -124,8 +129,9 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
   lines += [f"r{i} = R{i}._value" for i in range(len(rest))]
   lines += ["_j = _jitted"]
   counts = program.check_refs and bool(cand)
+  clock = len(program.writes) >= CLOCK_FROM
   if counts:
-    lines += _lent_tests(program, ns, cand)
+    lines += _lent_tests(program, ns, cand) if clock else _sole_tests(cand)
   def call(states: list[str], *extra: str) -> str:
     # the program's arguments: the candidates, the other states as one list
     # (only where there are some: Program.has_rest), then the call's own
@@ -158,24 +164,17 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
             "  raise"]
   if program.writes:
     # This call's own outputs: nothing else refers to them (donation.py), and
-    # their signature is computed when asked for. The marks are reset, and
-    # the clock noted, only where a State was lent since the last write-back
-    # or during this call (a trace caches the old value's signature there):
-    # else every mark is still None.
+    # their signature is computed when asked for. So their marks are reset
+    # (None): with the clock, only where a State was lent since the last
+    # write-back or during this call (a trace caches the old value's
+    # signature there); else every mark is still None.
     targets = ", ".join(f"W{i}._value" for i in range(len(program.writes)))
     reset = " = ".join(f"W{i}._sig" for i in range(len(program.writes)))
-    lines += [f"{targets}, = new", "_n = _L.now", "if _n is not _noted[0]:"]
-    if counts:  # the one State lent before this call, none during it
-      ns["_write_at"] = {s._order: s for s in program.writes}
-      lines += ["  if _one is not None and _n is _n0:",
-                "    _s = _write_at.get(_one)",
-                "    if _s is not None:",
-                "      _s._sig = None",
-                "  else:",
-                f"    {reset} = None"]
+    lines += [f"{targets}, = new"]
+    if not clock:
+      lines += [f"{reset} = None"]
     else:
-      lines += [f"  {reset} = None"]
-    lines += ["  _noted[0], _noted[1] = _n, _n + 1"]
+      lines += _noting_reset(program, ns, counts, reset)
   lines += ["return out"]
   return (head + [f"if _mode == {OWNER}:",
                   "  _w.busy += 1",
@@ -192,6 +191,25 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
            "    _w.busy -= 1",
            "  else:",
            "    _release()"])
+
+
+def _noting_reset(program: Any, ns: dict, counts: bool,
+                  reset: str) -> list[str]:
+  """The marks reset and the clock noted, where it moved since the last
+  write-back: after one lend before this call and none during it, only
+  that State's mark."""
+  lines = ["_n = _L.now", "if _n is not _noted[0]:"]
+  if counts:  # (_lent_tests found the one lend)
+    ns["_write_at"] = {s._order: s for s in program.writes}
+    lines += ["  if _one is not None and _n is _n0:",
+              "    _s = _write_at.get(_one)",
+              "    if _s is not None:",
+              "      _s._sig = None",
+              "  else:",
+              f"    {reset} = None"]
+  else:
+    lines += [f"  {reset} = None"]
+  return lines + ["  _noted[0], _noted[1] = _n, _n + 1"]
 
 
 def _lent_tests(program: Any, ns: dict, cand: list[str]) -> list[str]:
