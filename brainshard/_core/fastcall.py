@@ -66,7 +66,7 @@ def make_entry(program: Any) -> Callable:
       _on_type_error=program.on_type_error, _retry=program.owner.retry,
       _Rediscover=Rediscover, _acquire=acquire_slots,
       _release=release_slots, _w=WINDOW, _L=donation.LENDS,
-      _noted=[None, None])  # the clock after the last write-back, and + 1
+      _noted=[None])  # the clock after the last write-back
   generic = max(len(program.reads), len(program.writes)) > MAX_STATES
   takes_args = generic or not _takes_nothing(program.owner.fun)
   # A step without parameters (a simulation step) gets an entry without
@@ -209,7 +209,7 @@ def _noting_reset(program: Any, ns: dict, counts: bool,
               f"    {reset} = None"]
   else:
     lines += [f"  {reset} = None"]
-  return lines + ["  _noted[0], _noted[1] = _n, _n + 1"]
+  return lines + ["  _noted[0] = _n"]
 
 
 def _lent_tests(program: Any, ns: dict, cand: list[str]) -> list[str]:
@@ -221,7 +221,7 @@ def _lent_tests(program: Any, ns: dict, cand: list[str]) -> list[str]:
   return ["_n0 = _L.now",
           "_one = None",
           "if _n0 is not _noted[0]:",
-          "  if _n0 == _noted[1]:",
+          "  if _n0 - 1 == _noted[0]:",  # (never true before a note)
           "    _one = _L.last",
           "    _c = _cand_at.get(_one)",
           f"    if _c is not None and not (_rc({value}) == "
