@@ -64,7 +64,7 @@ from jax.tree_util import tree_flatten as _tree_flatten
 
 from brainshard._core.compat import ArrayImpl
 
-__all__ = ["SOLE", "SOLE_LOCAL", "AUTO_SUPPORTED", "ARRAY_TYPES", "LENDS",
+__all__ = ["SOLE", "SOLE_LOCAL", "SOLE_ATTR", "AUTO_SUPPORTED", "ARRAY_TYPES", "LENDS",
            "next_lend", "sole_mask", "sole_tree"]
 
 _getrefcount = sys.getrefcount
@@ -110,18 +110,25 @@ def _local_count(holder: _Holder) -> int:
   return _getrefcount(c0)
 
 
-def _calibrate_local() -> tuple[int, bool]:
+def _attr_count(holder: _Holder) -> int:
+  # The other pattern there: the slot read straight into the count.
+  return _getrefcount(holder.value)
+
+
+def _calibrate_with(count: Callable[[_Holder], int]) -> tuple[int, bool]:
   holder = _Holder()
   holder.value = object()
-  sole = _local_count(holder)
+  sole = count(holder)
   extra = holder.value  # noqa: F841
-  return sole, _local_count(holder) == sole + 1
+  return sole, count(holder) == sole + 1
 
 
 SOLE, _COUNTS_EXACT = _calibrate()
-SOLE_LOCAL, _LOCAL_EXACT = _calibrate_local()
+SOLE_LOCAL, _LOCAL_EXACT = _calibrate_with(_local_count)
+SOLE_ATTR, _ATTR_EXACT = _calibrate_with(_attr_count)
 _gil = getattr(sys, "_is_gil_enabled", None)
-AUTO_SUPPORTED = _COUNTS_EXACT and _LOCAL_EXACT and (_gil is None or _gil())
+AUTO_SUPPORTED = (_COUNTS_EXACT and _LOCAL_EXACT and _ATTR_EXACT
+                  and (_gil is None or _gil()))
 
 
 def _is_node_of(root: Any) -> Callable[[Any], bool]:

@@ -4,7 +4,7 @@ For a program with a few states, the generic call path's list building,
 ``map``/``zip`` iteration and star-argument packing cost more than the rest
 of brainshard's work per call (measured: about 3 us of a 10 us dispatch on a
 2-core machine). Knowing the states up front, a program can instead run a
-straight-line function: read each state's slot into a local, count the
+straight-line function: read each state's slot as an argument, count the
 references of the candidates whose value may be shared (donation.py), call
 the jitted program with the values as positional arguments, unpack the
 results straight into the slots. This is
@@ -106,8 +106,15 @@ def _takes_nothing(fun: Callable) -> bool:
 
 
 def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
-  cand = [f"c{i}" for i in range(len(program.cand))]
-  rest = [f"r{i}" for i in range(len(program.rest))]
+  # Each slot is read straight into the call's arguments: a local per State
+  # costs ~5 ns more (two instructions). The placement checks need locals;
+  # a count then sees the local too (donation.SOLE_LOCAL, else SOLE_ATTR).
+  direct = program.place is None
+  cand = [f"C{i}._value" if direct else f"c{i}"
+          for i in range(len(program.cand))]
+  rest = [f"R{i}._value" if direct else f"r{i}"
+          for i in range(len(program.rest))]
+  sole = donation.SOLE_ATTR if direct else donation.SOLE_LOCAL
   for i, s in enumerate(program.cand):
     ns[f"C{i}"] = s
   for i, s in enumerate(program.rest):
@@ -125,13 +132,15 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
   head = ["_mode = _frames.mode",
           f"if not _mode or not ({top}):",  # a frame, or a foreign trace
           f"  return {generic}"]
-  lines = [f"c{i} = C{i}._value" for i in range(len(cand))]
-  lines += [f"r{i} = R{i}._value" for i in range(len(rest))]
+  lines = [] if direct else (
+      [f"c{i} = C{i}._value" for i in range(len(cand))] +
+      [f"r{i} = R{i}._value" for i in range(len(rest))])
   lines += ["_j = _jitted"]
   counts = program.check_refs and bool(cand)
   clock = len(program.writes) >= CLOCK_FROM
   if counts:
-    lines += _lent_tests(program, ns, cand) if clock else _sole_tests(cand)
+    lines += (_lent_tests(program, ns, cand, sole) if clock
+              else _sole_tests(cand, sole))
   def call(states: list[str], *extra: str) -> str:
     # the program's arguments: the candidates, the other states as one list
     # (only where there are some: Program.has_rest), then the call's own
@@ -212,7 +221,8 @@ def _noting_reset(program: Any, ns: dict, counts: bool,
   return lines + ["  _noted[0] = _n"]
 
 
-def _lent_tests(program: Any, ns: dict, cand: list[str]) -> list[str]:
+def _lent_tests(program: Any, ns: dict, cand: list[str],
+                sole: int) -> list[str]:
   """Which candidates to keep (not donate), tested only where the clock
   moved since the last write-back (donation.LENDS): after one lend, that
   State alone (the notebook's read after each step), else each one."""
@@ -224,14 +234,13 @@ def _lent_tests(program: Any, ns: dict, cand: list[str]) -> list[str]:
           "  if _n0 - 1 == _noted[0]:",  # (never true before a note)
           "    _one = _L.last",
           "    _c = _cand_at.get(_one)",
-          f"    if _c is not None and not (_rc({value}) == "
-          f"{donation.SOLE_LOCAL} and (type({value}) is _Array or "
-          f"_sole_tree({value}))):",
+          f"    if _c is not None and not (_rc({value}) == {sole} and "
+          f"(type({value}) is _Array or _sole_tree({value}))):",
           "      _j = _kept.get(_c[1]) or _keep(_c[1])",
-          "  else:"] + ["    " + line for line in _sole_tests(cand)]
+          "  else:"] + ["    " + line for line in _sole_tests(cand, sole)]
 
 
-def _sole_tests(cand: list[str]) -> list[str]:
+def _sole_tests(cand: list[str], sole: int) -> list[str]:
   """Counts the references of the candidates whose value may be referenced
   elsewhere (``C{i}._sig`` is not None: see donation.py), usually none, or
   the one a notebook reads after each step. A kept reference selects the
@@ -240,9 +249,9 @@ def _sole_tests(cand: list[str]) -> list[str]:
   several times what it costs in a loop (measured: a 10-line helper, 1.1 us)."""
   fresh = " and ".join(f"C{i}._sig is None" for i in range(len(cand)))
   # The sole-owner count as a literal: a constant load, not a global one.
-  tests = [f"  if C{i}._sig is not None and not (_rc({c}) == "
-           f"{donation.SOLE_LOCAL} and (type({c}) is _Array or "
-           f"_sole_tree({c}))): _k += ({i},)" for i, c in enumerate(cand)]
+  tests = [f"  if C{i}._sig is not None and not (_rc({c}) == {sole} and "
+           f"(type({c}) is _Array or _sole_tree({c}))): _k += ({i},)"
+           for i, c in enumerate(cand)]
   return ([f"if not ({fresh}):", "  _k = ()"] + tests +
           ["  if _k:",  # looked up by the kept indices: usually one
            "    _j = _kept.get(_k) or _keep(_k)"])
