@@ -44,7 +44,8 @@ donation) are information rows.
 
 Run it: `python -m benchmarks` (full) or `python -m benchmarks --quick`
 (under two minutes on 2 cores); `--only dispatch,sharded`, `--profile`,
-`--no-peers`. Each run writes its results, a report like this page and its
+`--no-peers`, `--runs 3` (each figure the median of three runs, each in a
+fresh process: the goals' protocol). Each run writes its results, a report like this page and its
 plot into `benchmarks/results/` (`quick.json`, `quick.md`,
 `quick_states.png`; `full.*` for a full run; not committed). This page and
 its plot are regenerated only on request, with `--docs`. The peers
@@ -191,6 +192,13 @@ def _peer_summary(rows: list[dict]) -> str:
       for impl, v in peers.items()) or "-"
 
 
+def _runs_said(meta: dict) -> str:
+  """How many separate processes each figure is the median of (--runs)."""
+  k = meta.get("runs", 1)
+  return (f", each figure the median of {k} runs in separate processes "
+          "(every run's ratio in the goals' parentheses)" if k > 1 else "")
+
+
 def _goal_summary(results: list[dict]) -> list[str]:
   out = ["| goal | brainshard (median ratio per case) | met? | peers on the same workload |",
          "| --- | --- | --- | --- |"]
@@ -211,7 +219,10 @@ def _goal_summary(results: list[dict]) -> list[str]:
         return r["case"]
       return f"{r['case']} ({r['impl'][len(BS):].strip() or 'bs.jit'})"
     def cell(r):  # a case without a goal is information
-      return f"{label(r)}: {r['ratio']:.2f}" + ("" if goal_of(r) else " (info)")
+      runs = (" (" + ", ".join(f"{x:.2f}" for x in r["run_ratios"]) + ")"
+              if len(r.get("run_ratios", ())) > 1 else "")
+      return (f"{label(r)}: {r['ratio']:.2f}{runs}"
+              + ("" if goal_of(r) else " (info)"))
     cells = ", ".join(map(cell, rs))
     missed = [r for r in rs if goal_of(r) and r["ratio"] > goal_of(r)]
     verdict = "yes" if not missed else "**no** (" + ", ".join(
@@ -288,7 +299,7 @@ def render(doc: dict, out_dir: str, analysis: str | None = None, *,
   lines = [INTRO]
   peers = ", ".join(f"{k} {v}" for k, v in meta.get("peers", {}).items()) or "not installed"
   dispatch = (f" (dispatch: {meta['dispatch_repeats']})"
-              if "dispatch_repeats" in meta else "")
+              if "dispatch_repeats" in meta else "") + _runs_said(meta)
   lines += [f"Measured {meta['date']} on {meta['platform']}, {meta['cpu_count']} "
             f"CPU cores, {meta['devices']} devices (faked with "
             "`--xla_force_host_platform_device_count=8`), Python "
@@ -299,8 +310,8 @@ def render(doc: dict, out_dir: str, analysis: str | None = None, *,
             f"{', '.join(f'{x:.1f}' for x in meta.get('load_avg', []))} (the "
             f"machine was shared); whole run {meta.get('wall_s', 0):.0f} s.", ""]
   for u in meta.get("updated", []):
-    reps = (f"{u['repeats']} repeats (dispatch: {u['dispatch_repeats']}); "
-            if "dispatch_repeats" in u else "")
+    reps = (f"{u['repeats']} repeats (dispatch: {u['dispatch_repeats']})"
+            f"{_runs_said(u)}; " if "dispatch_repeats" in u else "")
     lines += [f"Re-measured {u['date']} (`--only {','.join(u['workloads'])}`; "
               f"{reps}load average at the end "
               f"{', '.join(f'{x:.1f}' for x in u.get('load_avg') or [])}): "

@@ -66,6 +66,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                       help="skip brainstate / Flax NNX even if installed")
   parser.add_argument("--profile", action="store_true",
                       help="also profile brainshard's per-call path")
+  parser.add_argument("--runs", type=int, default=1,
+                      help="run the suite this many times, each in a fresh "
+                      "process, and report per figure the median run "
+                      "(issue 24's goals: the median of 3)")
   parser.add_argument("--name", default=None,
                       help="results file name (default: quick or full)")
   parser.add_argument("--out", default=None,
@@ -78,6 +82,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   parser.add_argument("--no-docs", dest="docs", action="store_false",
                       help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
+  if args.runs < 1:
+    parser.error(f"--runs must be at least 1, not {args.runs}")
   if args.repeats is None:
     args.repeats = 9 if args.quick else 25
   chosen = [w for w in (args.only.split(",") if args.only else WORKLOADS) if w]
@@ -108,21 +114,33 @@ def main(argv: list[str] | None = None) -> int:
   warnings.filterwarnings("ignore", category=DeprecationWarning)
   warnings.filterwarnings("ignore", module=r"(flax|brainstate|brainunit)")
 
-  ctx = Ctx(quick=args.quick, peers=args.peers, repeats=args.repeats)
   t0 = time.perf_counter()
-  results = []
-  for name in args.workloads:
-    print(f"[{name}]", flush=True)
-    t = time.perf_counter()
-    results += WORKLOADS[name](ctx)
-    print(f"  ({time.perf_counter() - t:.1f} s)", flush=True)
-  doc = dict(meta=_meta(args), results=results)
+  if args.runs > 1:
+    from benchmarks._runs import combine, run_separately
+    doc = combine(run_separately(_child_argv(args), args.runs))
+  else:
+    ctx = Ctx(quick=args.quick, peers=args.peers, repeats=args.repeats)
+    results = []
+    for name in args.workloads:
+      print(f"[{name}]", flush=True)
+      t = time.perf_counter()
+      results += WORKLOADS[name](ctx)
+      print(f"  ({time.perf_counter() - t:.1f} s)", flush=True)
+    doc = dict(meta=_meta(args), results=results)
   if args.profile:
     from benchmarks._profile import profile_all
     doc["profile"] = profile_all()
   doc["meta"]["wall_s"] = time.perf_counter() - t0
   _write(doc, args, output_paths(args))
   return 0
+
+
+def _child_argv(args: argparse.Namespace) -> list[str]:
+  """What each of ``--runs``' processes measures: the same workloads,
+  mode, repeats and peers (it writes where it is told; no docs)."""
+  argv = ["--only", ",".join(args.workloads), "--repeats", str(args.repeats)]
+  return argv + (["--quick"] if args.quick else []) + (
+      [] if args.peers else ["--no-peers"])
 
 
 def _write(doc: dict, args: argparse.Namespace, paths: dict) -> None:
@@ -142,6 +160,7 @@ def _write(doc: dict, args: argparse.Namespace, paths: dict) -> None:
           dict(workloads=args.workloads, date=doc["meta"]["date"],
                repeats=args.repeats,
                dispatch_repeats=doc["meta"]["dispatch_repeats"],
+               runs=doc["meta"].get("runs", 1),
                load_avg=doc["meta"].get("load_avg"),
                wall_s=doc["meta"]["wall_s"])])
     if "profile" not in doc and "profile" in old:

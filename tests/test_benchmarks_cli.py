@@ -162,3 +162,32 @@ def test_command_help_names_the_command():
                           cwd=root, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(first), proc.stdout
+
+
+def test_runs_report_the_median_process_of_each_figure(fake_root, monkeypatch):
+  """``--runs 3`` (issue 24's "median of three runs"): each run is a fresh
+  process with the same workloads and options; each figure is the median
+  run's, and the goals table shows every run's ratio."""
+  from benchmarks import _runs
+  asked = []
+
+  def fake_runs(argv, k):
+    asked.append((argv, k))
+    docs = []
+    for r in (1.12, 1.03, 1.06):
+      rows = [dict(row, ratio=r, lo=r, hi=r, best=r) if row["impl"] == "brainshard"
+              else dict(row) for row in _ROWS]
+      docs.append(dict(meta=dict(run._meta(run.parse_args(["--quick"])),
+                                 wall_s=2.0), results=rows))
+    return docs
+
+  monkeypatch.setattr(_runs, "run_separately", fake_runs)
+  assert run.main(["--quick", "--no-peers", "--only", "dispatch",
+                   "--runs", "3"]) == 0
+  assert asked == [(["--only", "dispatch", "--repeats", "9", "--quick",
+                     "--no-peers"], 3)]
+  text = (fake_root / "benchmarks" / "results" / "quick.md").read_text()
+  assert "N=1: 1.06 (1.12, 1.03, 1.06)" in text
+  assert "the median of 3 runs in separate processes" in text
+  with pytest.raises(SystemExit):
+    run.parse_args(["--runs", "0"])
