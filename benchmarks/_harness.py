@@ -99,6 +99,15 @@ def _summarise(samples: dict[str, list[float]], baseline: str,
   return out
 
 
+def release(cases: dict[str, Case]) -> None:
+  """Frees a comparison's programs and arrays before the next one is built.
+  Built while the previous comparison's arrays were still alive, the same
+  pure N=10 dispatch step measured 25% slower and its ratios three times
+  noisier (12.5 -> 16 us per call; ANALYSIS.md, fifth pass)."""
+  cases.clear()
+  gc.collect()
+
+
 def against(timings: dict[str, Timing], name: str, baseline: str) -> Timing:
   """``timings[name]`` as ratios to another case of the same :func:`compare`
   run (each repeat against the baseline timed beside it): for a row whose

@@ -18,7 +18,8 @@ import numpy as np
 import brainshard as bs
 from benchmarks import _models as M
 from benchmarks import _peers
-from benchmarks._harness import Case, Timing, against, compare, compare_once
+from benchmarks._harness import (Case, Timing, against, compare, compare_once,
+                                 release)
 from benchmarks.bench_demo import cuba_example, w_demo
 from benchmarks.bench_guides import w_autodiff, w_vmap
 
@@ -155,6 +156,7 @@ def w_dispatch(ctx: Ctx) -> list[dict]:
                  goal_for=goal)
     out += _rows(ctx, "dispatch", f"N={n}", kept, {}, PURE_KEPT, x=n,
                  goal_for=goal)[1:]  # its baseline is already a row
+    release(cases)
   return out
 
 
@@ -212,6 +214,7 @@ def w_sharded(ctx: Ctx) -> list[dict]:
                 target_s=0.01, max_number=MAX_INFLIGHT)
     out += _rows(ctx, "sharded", f"n={n}, 8 devices", t, missing,
                  "jax.jit(jax.shard_map)", goal_for=_sharded_goal, x=n)
+    release(cases)
   return out
 
 
@@ -339,24 +342,29 @@ def w_first_call(ctx: Ctx) -> list[dict]:
 # -- 6. scaling with the mesh ------------------------------------------------------------
 
 
+def devices_cases(n: int, k: int) -> dict[str, Case]:
+  """The sharded LIF step on ``k`` devices: pure, under bs.jit, eager."""
+  mesh = mesh_of(k)
+  model = M.LifBs(n, mesh)
+  jitted = bs.jit(model.sharded())
+  eager = model.sharded()
+  pure = M.LifPure(n, mesh)
+  i_ext = model.i_ext
+  sync = lambda: model.v.value  # noqa: E731
+  return {"jax.jit(jax.shard_map)": Case(pure.run, lambda: pure.v),
+          f"{BS} bs.jit(bs.shard_map)": Case(lambda: jitted(i_ext), sync),
+          f"{BS} bs.shard_map (eager)": Case(lambda: eager(i_ext), sync)}
+
+
 def w_devices(ctx: Ctx) -> list[dict]:
   out = []
-  n = 8 * 512
   for k in (1, 2, 4, 8):
-    mesh = mesh_of(k)
-    model = M.LifBs(n, mesh)
-    jitted = bs.jit(model.sharded())
-    eager = model.sharded()
-    pure = M.LifPure(n, mesh)
-    i_ext = model.i_ext
-    sync = lambda: model.v.value
-    cases = {"jax.jit(jax.shard_map)": Case(pure.run, lambda: pure.v),
-             f"{BS} bs.jit(bs.shard_map)": Case(lambda: jitted(i_ext), sync),
-             f"{BS} bs.shard_map (eager)": Case(lambda: eager(i_ext), sync)}
+    cases = devices_cases(8 * 512, k)
     t = compare(cases, "jax.jit(jax.shard_map)", repeats=_sharded_repeats(ctx),
                 target_s=0.01, max_number=MAX_INFLIGHT)
     out += _rows(ctx, "devices", f"{k} device(s)", t, {},
                  "jax.jit(jax.shard_map)", goal_for=_sharded_goal, x=k)
+    release(cases)
   return out
 
 
