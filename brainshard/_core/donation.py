@@ -64,8 +64,8 @@ from jax.tree_util import tree_flatten as _tree_flatten
 
 from brainshard._core.compat import ArrayImpl
 
-__all__ = ["SOLE", "SOLE_LOCAL", "SOLE_ATTR", "AUTO_SUPPORTED", "ARRAY_TYPES", "LENDS",
-           "next_lend", "sole_mask", "sole_tree"]
+__all__ = ["SOLE", "SOLE_LOCAL", "SOLE_ATTR", "AUTO_SUPPORTED", "ARRAY_TYPES",
+           "LENDS", "next_lend", "sole_mask", "sole_tree"]
 
 _getrefcount = sys.getrefcount
 
