@@ -59,7 +59,6 @@ def microcircuit(bm, scale: float, k_scale: float):
 
 
 def _child(neurons: int, k: int, devices: int, rule: str) -> dict:
-  import time
   import jax
   from brainshard import models as bm
   mesh = jax.make_mesh((devices,), ("x",))

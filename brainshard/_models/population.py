@@ -40,7 +40,6 @@ from jax.sharding import PartitionSpec as P
 
 from brainshard._core.state import State
 from brainshard._simulation.records import RateData, SpikeData
-from brainshard._transforms.shard_map import shard_map
 from brainshard._models.layout import Layout
 
 __all__ = ["Population", "population_values", "population_ids",

@@ -13,7 +13,6 @@ names, brainstate's ``None`` defaults).
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import jax
