@@ -234,8 +234,7 @@ def _lent_tests(program: Any, ns: dict, cand: list[str],
           "  if _n0 - 1 == _noted[0]:",  # (never true before a note)
           "    _one = _L.last",
           "    _c = _cand_at.get(_one)",
-          f"    if _c is not None and not (_rc({value}) == {sole} and "
-          f"(type({value}) is _Array or _sole_tree({value}))):",
+          f"    if _c is not None and {_shared(value, sole)}:",
           "      _j = _kept.get(_c[1]) or _keep(_c[1])",
           "  else:"] + ["    " + line for line in _sole_tests(cand, sole)]
 
@@ -248,13 +247,19 @@ def _sole_tests(cand: list[str], sole: int) -> list[str]:
   function. Inline, not a helper: right after a dispatch a Python call costs
   several times what it costs in a loop (measured: a 10-line helper, 1.1 us)."""
   fresh = " and ".join(f"C{i}._sig is None" for i in range(len(cand)))
-  # The sole-owner count as a literal: a constant load, not a global one.
-  tests = [f"  if C{i}._sig is not None and not (_rc({c}) == {sole} and "
-           f"(type({c}) is _Array or _sole_tree({c}))): _k += ({i},)"
+  tests = [f"  if C{i}._sig is not None and {_shared(c, sole)}: _k += ({i},)"
            for i, c in enumerate(cand)]
   return ([f"if not ({fresh}):", "  _k = ()"] + tests +
           ["  if _k:",  # looked up by the kept indices: usually one
            "    _j = _kept.get(_k) or _keep(_k)"])
+
+
+def _shared(value: str, sole: int) -> str:
+  """The donation rule's test, as source: may ``value`` be referenced
+  elsewhere? ``sole`` is its count when only the State holds it, written
+  as a literal: a constant load, not a global one."""
+  return (f"not (_rc({value}) == {sole} and (type({value}) is _Array or "
+          f"_sole_tree({value})))")
 
 
 def _kept_variant(program: Any, cache: dict, kept: tuple[int, ...]) -> Any:
