@@ -45,8 +45,8 @@ donation) are information rows.
 Run it: `python -m benchmarks` (full) or `python -m benchmarks --quick`
 (under two minutes on 2 cores); `--only dispatch,sharded`, `--profile`,
 `--no-peers`, `--runs 3` (each figure the median of three runs, each in a
-fresh process: the goals' protocol). Each run writes its results, a report like this page and its
-plot into `benchmarks/results/` (`quick.json`, `quick.md`,
+fresh process: the goals' protocol). Each run writes its results, a report
+like this page and its plot into `benchmarks/results/` (`quick.json`, `quick.md`,
 `quick_states.png`; `full.*` for a full run; not committed). This page and
 its plot are regenerated only on request, with `--docs`. The peers
 (brainstate, Flax NNX) run when installed: `pip install -e .[bench]`.
@@ -310,8 +310,11 @@ def render(doc: dict, out_dir: str, analysis: str | None = None, *,
             f"{', '.join(f'{x:.1f}' for x in meta.get('load_avg', []))} (the "
             f"machine was shared); whole run {meta.get('wall_s', 0):.0f} s.", ""]
   for u in meta.get("updated", []):
-    reps = (f"{u['repeats']} repeats (dispatch: {u['dispatch_repeats']})"
-            f"{_runs_said(u)}; " if "dispatch_repeats" in u else "")
+    reps = ""
+    if "dispatch_repeats" in u:  # (older entries lack the repeats)
+      dispatch = (f" (dispatch: {u['dispatch_repeats']})"
+                  if "dispatch" in u["workloads"] else "")
+      reps = f"{u['repeats']} repeats{dispatch}{_runs_said(u)}; "
     lines += [f"Re-measured {u['date']} (`--only {','.join(u['workloads'])}`; "
               f"{reps}load average at the end "
               f"{', '.join(f'{x:.1f}' for x in u.get('load_avg') or [])}): "

@@ -66,6 +66,8 @@ def test_partial_run_keeps_the_full_runs_header(fake_root, monkeypatch):
   assert run.main(["--no-peers", "--only", "demo", "--docs"]) == 0
   text = (fake_root / "docs" / "benchmarks.md").read_text()
   assert "Mode: full" in text and "Re-measured" in text and "`--only demo`" in text
+  # the dispatch repeats are named only where dispatch was measured
+  assert "(`--only demo`; 25 repeats; load average" in text
   assert "## 1. Dispatch" in text  # the earlier section is kept
   assert "| 8 | 6.00 s | 6.00 | 4.0x |" in text
   assert "runs **4.0 times faster**" in text
@@ -175,8 +177,8 @@ def test_runs_report_the_median_process_of_each_figure(fake_root, monkeypatch):
     asked.append((argv, k))
     docs = []
     for r in (1.12, 1.03, 1.06):
-      rows = [dict(row, ratio=r, lo=r, hi=r, best=r) if row["impl"] == "brainshard"
-              else dict(row) for row in _ROWS]
+      rows = [dict(row, ratio=r, lo=r, hi=r, best=r)
+              if row["impl"] == "brainshard" else dict(row) for row in _ROWS]
       docs.append(dict(meta=dict(run._meta(run.parse_args(["--quick"])),
                                  wall_s=2.0), results=rows))
     return docs
