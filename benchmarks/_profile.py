@@ -24,10 +24,12 @@ from benchmarks._harness import Case, compare
 
 
 def _values(plan) -> list:
-  """The program's state arguments: the donated values, then the others
-  as one list (an argument only where there are some)."""
+  """The program's state arguments: the donated values (one list from
+  program.PACK_FROM of them), then the others as one list (an argument
+  only where there are some)."""
+  cand = [s._value for s in plan.cand]
   rest = [[s._value for s in plan.rest]] if plan.has_rest else []
-  return [s._value for s in plan.cand] + rest
+  return ([cand] if plan.packed else cand) + rest
 
 
 def _dispatch(n: int):

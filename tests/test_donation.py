@@ -17,11 +17,25 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import brainshard as bs
 from brainshard._core import donation as _donation, fastcall
+from brainshard._core import program as _program
 
 from conftest import make_mesh
 
 pytestmark = pytest.mark.skipif(
     not _donation.AUTO_SUPPORTED, reason="reference counts are not exact here")
+
+
+@pytest.fixture(params=["positional", "packed"])
+def layout(request, monkeypatch):
+  """How the candidates' values reach the jitted program: one positional
+  argument each, or (from program.PACK_FROM of them) one list."""
+  if request.param == "packed":
+    monkeypatch.setattr(_program, "PACK_FROM", 1)
+  return request.param
+
+
+def packs(step) -> bool:
+  return step._core.program.packed
 
 
 def ptr(x):
@@ -72,19 +86,27 @@ def test_initial_value_kept_by_user_is_not_donated():
   np.testing.assert_allclose(x, np.arange(8.0))
 
 
-def test_donation_choice_never_reruns_the_function():
+def test_donation_choice_never_reruns_the_function(layout):
   traces = []
-  s = bs.State(jnp.zeros(16))
-  step = bs.jit(counter_step(s, traces))
+  s, t = bs.State(jnp.zeros(16)), bs.State(jnp.zeros(16))
+
+  @bs.jit
+  def step(x):
+    traces.append(1)
+    s.value, t.value = s.value + x, t.value + x
+
   step(1.0)
+  assert packs(step) == (layout == "packed")
   n = len(traces)
   old = s.value
   step(1.0)  # another donation choice: compiled anew, but not re-traced
-  step(1.0)
-  del old
+  step(1.0)  # (packed: the positional form, from the discovery's jaxpr)
+  both = s.value, t.value
+  step(1.0)  # none donated
+  del old, both
   step(1.0)
   assert len(traces) == n
-  np.testing.assert_allclose(s.value, 4.0)
+  np.testing.assert_allclose([s.value[0], t.value[0]], [5.0, 5.0])
 
 
 def test_donate_states_true_always_donates():
@@ -162,7 +184,7 @@ def test_namedtuple_state_donated_only_when_every_node_is_sole():
   np.testing.assert_allclose(s.value[0].nu["w"], 4.0)
 
 
-def test_kept_reference_stays_on_the_generated_fast_path(monkeypatch):
+def test_kept_reference_stays_on_the_generated_fast_path(monkeypatch, layout):
   # The notebook pattern (read one state's value after each step) selects a
   # non-donating variant for that state inline; the generic path is unused.
   from brainshard._core import program as _program
@@ -177,6 +199,7 @@ def test_kept_reference_stays_on_the_generated_fast_path(monkeypatch):
     a.value, b.value = a.value + 1, b.value + 1
 
   step()
+  assert packs(step) == (layout == "packed")
   generic.clear()
   for _ in range(3):
     kept = a.value
@@ -346,7 +369,7 @@ def test_a_read_since_the_last_call_is_counted_wherever_it_was(monkeypatch):
   np.testing.assert_allclose(other.value, 3.0)
 
 
-def test_each_set_of_kept_references_gets_its_own_variant():
+def test_each_set_of_kept_references_gets_its_own_variant(layout):
   """Which values are kept picks the variant: exactly the others donated."""
   states = [bs.State(jnp.zeros(64), name=f"s{i}") for i in range(3)]
 
@@ -356,6 +379,7 @@ def test_each_set_of_kept_references_gets_its_own_variant():
       s.value = s.value + 1
 
   step()
+  assert packs(step) == (layout == "packed")
   for kept_at in [(0,), (1,), (0, 2), (), (1,), (0, 1, 2)]:
     kept = {i: states[i].value for i in kept_at}
     donated = {ptr(s.value) for i, s in enumerate(states) if i not in kept_at}
@@ -461,17 +485,29 @@ def test_foreign_transform_never_donates(transform):
   np.testing.assert_allclose(s.value, 1.0)
 
 
-def test_compiled_copies_a_held_donated_value():
-  s = bs.State(jnp.zeros(16))
-  step = bs.jit(counter_step(s, []))
+def test_compiled_copies_a_held_donated_value(layout):
+  s, t = bs.State(jnp.zeros(16)), bs.State(jnp.ones(16))
+
+  @bs.jit
+  def step(x):
+    s.value, t.value = s.value + x, t.value * 2
+
   compiled = step.lower(1.0).compile()
-  assert compiled.memory_analysis().alias_size_in_bytes == 16 * 4
+  assert packs(step) == (layout == "packed")
+  assert compiled.memory_analysis().alias_size_in_bytes == 2 * 16 * 4
   compiled(1.0)
   old = s.value
   compiled(1.0)
   assert not old.is_deleted()
   np.testing.assert_allclose(old, 1.0)
   np.testing.assert_allclose(s.value, 2.0)
+  np.testing.assert_allclose(t.value, 4.0)
+  held = s.value  # lowered with a reference kept: s is not donated
+  kept = step.lower(1.0).compile()
+  assert kept.memory_analysis().alias_size_in_bytes == 16 * 4
+  kept(1.0)
+  assert not held.is_deleted()
+  np.testing.assert_allclose([s.value[0], t.value[0]], [3.0, 8.0])
 
 
 def test_memory_analysis_shows_the_alias():

@@ -13,7 +13,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import brainshard as bs
-from brainshard._core import fastcall as _fastcall
+from brainshard._core import fastcall as _fastcall, program as _program
 
 from conftest import make_mesh
 
@@ -36,22 +36,30 @@ def test_repeated_calls_do_not_retrace():
   np.testing.assert_allclose(v.value, 6.0)
 
 
-def test_many_states_take_the_generic_path(monkeypatch):
+@pytest.mark.parametrize("pack_from", [1, 10**6])  # one list; positional
+def test_many_states_take_the_generic_path(monkeypatch, pack_from):
   monkeypatch.setattr(_fastcall, "MAX_STATES", 4)
+  monkeypatch.setattr(_program, "PACK_FROM", pack_from)
   n = _fastcall.MAX_STATES + 5
   states = [bs.State(jnp.full(2, float(i))) for i in range(n)]
+  read_only = bs.State(jnp.ones(2))
 
   @bs.jit
   def step():
     for s in states:
-      s.value = s.value * 2
+      s.value = s.value * 2 * read_only.value
 
   step()
+  kept = states[1].value  # one kept, the others donated
+  step()
+  assert not kept.is_deleted()
   step()
   for i, s in enumerate(states):
-    np.testing.assert_allclose(s.value, 4.0 * i)
+    np.testing.assert_allclose(s.value, 8.0 * i)
+  program = step._core.program
+  assert program.packed == (pack_from == 1)
   # the entry only passes the call on to the generic path
-  assert "_jitted" not in step._core.program.entry.__code__.co_names
+  assert "_jitted" not in program.entry.__code__.co_names
 
 
 def test_plan_growth_through_the_fast_path():

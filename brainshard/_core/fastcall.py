@@ -147,6 +147,9 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
     return f"out, new = _j({', '.join([*states, *extra])})"
 
   rest_arg = [f"[{', '.join(rest)}]"] if program.has_rest else []
+  # Many candidates travel as one list (program.PACK_FROM); a kept
+  # reference's variant then unpacks it (_kept_variant).
+  cand_args = [f"[{', '.join(cand)}]"] if program.packed else cand
   fast = program.place_targets(program) if program.place is not None else None
   if program.place is not None and fast is not None:
     lines += _placement_checks(fast, ns, cand + rest, generic, takes_args)
@@ -155,7 +158,7 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
     # Star-arguments only when there are some: a call without arguments
     # (a simulation step) skips building the argument tuple and passing an
     # empty dict, measured at about 3% of a one-state dispatch.
-    values = cand + rest_arg
+    values = cand_args + rest_arg
     lines += ["  if kwargs:",
               "    " + call(values, "*args", "**kwargs"),
               "  elif args:",
@@ -166,7 +169,8 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
     ns.update(_place=program.place, _program=program)
     lines += [f"  cl, rl, _a, _k = _place(_program, [{', '.join(cand)}], "
               f"[{', '.join(rest)}], {_passed(takes_args)})",
-              "  " + call(["*cl"] + (["rl"] if program.has_rest else []),
+              "  " + call(["cl" if program.packed else "*cl"] +
+                          (["rl"] if program.has_rest else []),
                           "*_a", "**_k")]
   lines += ["except TypeError:",
             "  _on_type_error()",
@@ -263,9 +267,17 @@ def _shared(value: str, sole: int) -> str:
 
 
 def _kept_variant(program: Any, cache: dict, kept: tuple[int, ...]) -> Any:
-  """The jitted program donating every candidate but those at ``kept``."""
-  mask = tuple(i not in kept for i in range(len(program.cand)))
-  j = cache[kept] = program.jitted_for(mask)
+  """The jitted program donating every candidate but those at ``kept``,
+  called as the generated call calls ``_jitted``."""
+  kept_ids = set(kept)
+  mask = tuple(i not in kept_ids for i in range(len(program.cand)))
+  j, packed = program.variant(mask)
+  if program.packed and not packed:  # the list in, one argument each
+    jitted = j
+
+    def j(cand_vals, *args, **kwargs):
+      return jitted(*cand_vals, *args, **kwargs)
+  cache[kept] = j
   return j
 
 

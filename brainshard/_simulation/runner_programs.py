@@ -79,8 +79,8 @@ def _input_signatures(jitted: Any, start: int) -> dict[int, tuple[State, tuple]]
   would be called with now: placed as its call places them (read-only
   States keep that placement), so only what would compile again differs."""
   def read(program):
-    _, _, jargs, _ = program.prepare((np.int32(start),), {})
-    values = [*jargs[:program.nc], *jargs[program.nc]]
+    mask, _, jargs, _ = program.prepare((np.int32(start),), {})
+    values = program.state_values(mask, jargs)
     return {id(s): (s, _signature(v))
             for s, v in zip(program.reads, values, strict=True)}
   return jitted.with_program((np.int32(start),), {}, read)
