@@ -105,6 +105,7 @@ class State(StateExtras):
   # folds in its member index). A class-level hook set by the subclass, so
   # that vmap (a transform) need not import the layers above it.
   vmap_shared: ClassVar[bool] = False
+  __slots__ = ("_value", "_sig")  # read per call: in the object (ANALYSIS)
 
   def __init__(self, value: Any, name: str | None = None, *, spec: Any = None,
                axes: Any = None):
@@ -114,9 +115,7 @@ class State(StateExtras):
           "value (`state.value`) instead.")
     check_not_scalar_list(value, f"{type(self).__name__}"
                           f"({'...' if name is None else repr(name)})")
-    self.name = name
-    self.spec = spec
-    self.axes = axes
+    self.name, self.spec, self.axes = name, spec, axes
     caller = sys._getframe(1)
     while caller.f_code.co_filename == __file__:  # skip subclasses' __init__
       caller = caller.f_back
@@ -265,7 +264,7 @@ class State(StateExtras):
 
   def __getstate__(self):  # a copy or a pickle shares the value
     self._lend()
-    return self.__dict__
+    return self.__dict__, {"_value": self._value, "_sig": self._sig}
 
   # -- internal surface -------------------------------------------------------
   # What brainshard's other modules use of a State beyond ``value`` (users
