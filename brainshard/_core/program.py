@@ -44,12 +44,12 @@ _getrefcount = sys.getrefcount
 _MAX_VARIANTS = 8  # donation choices compiled per program before giving up
 
 # From this many donation candidates, a call that donates all of them (or
-# none) passes their values as one list. JAX's dispatch costs more than
+# none) passes their values as one list. JAX 0.10's dispatch costs more than
 # linearly in the number of donated positional arguments: against the same
-# arrays donated as one list (pure jax.jit, 2-core CPU) +1% at 300, +7% at
-# 600, +10% at 1000, +26% at 2000, and the same within 1% from 2 to 300.
-# (Below, the positional form stays: a kept reference's variant is then a
-# plain jax.jit, not a Python adapter that unpacks the list.)
+# arrays donated as one list (pure jax.jit, 2-core CPU) +7% at 600, +6-15%
+# at 1000, +26% at 2000; within 1% from 2 to 300 (benchmarks/ANALYSIS.md,
+# sixth pass). Below, the positional form stays: a kept reference's variant
+# is then a plain jax.jit, not a Python adapter that unpacks the list.
 PACK_FROM = 128
 
 
