@@ -23,13 +23,10 @@ from benchmarks import _models as M
 from benchmarks._harness import Case, compare
 
 
-def _values(plan) -> list:
-  """The program's state arguments: the donated values (one list from
-  program.PACK_FROM of them), then the others as one list (an argument
-  only where there are some)."""
-  cand = [s._value for s in plan.cand]
-  rest = [[s._value for s in plan.rest]] if plan.has_rest else []
-  return ([cand] if plan.packed else cand) + rest
+def _values(plan) -> tuple:
+  """The program's state arguments, as its donating call takes them."""
+  return plan.state_args([s._value for s in plan.cand],
+                         [s._value for s in plan.rest], plan.packed)
 
 
 def _dispatch(n: int):

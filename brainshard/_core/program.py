@@ -122,7 +122,7 @@ class Program:
         donate is True or (self.auto and donation.AUTO_SUPPORTED))
     self._v_all = (self.variant(self._mask_all) if self.donates_all
                    else self._v_none)
-    self.j_none, self.j_all = self._v_none[0], self._v_all[0]
+    self.j_all = self._v_all[0]  # the generated call's usual program
     self.check_refs = self.auto and self.donates_all
     self.entry = fastcall.make_entry(self)  # entry(*args, **kwargs)
 
@@ -218,13 +218,19 @@ class Program:
     jitted, packed = (self._v_all if mask is self._mask_all else
                       self._v_none if mask is self._mask_none else
                       self.variant(mask))
-    rest_arg = (rest,) if self.has_rest else ()
-    cand_args = (cand,) if packed else cand
-    return mask, jitted, (*cand_args, *rest_arg, *args), kwargs
+    return mask, jitted, (*self.state_args(cand, rest, packed), *args), kwargs
+
+  def state_args(self, cand: list, rest: list, packed: bool) -> tuple:
+    """The states' values as the jitted program takes them: the
+    candidates' (one list where ``packed``, else one argument each), then
+    the other states' as one list, where there are some."""
+    return ((cand,) if packed else tuple(cand)) + (
+        (rest,) if self.has_rest else ())
 
   def state_values(self, mask: tuple[bool, ...], jit_args: tuple) -> list:
     """The states' values, in ``reads`` order, among the arguments
-    :meth:`prepare` gave for a call donating by ``mask``."""
+    :meth:`prepare` gave for a call donating by ``mask`` (the inverse of
+    :meth:`state_args`)."""
     if self.variant(mask)[1]:
       cand, n = jit_args[0], 1
     else:
