@@ -46,8 +46,8 @@ def combine(docs: list[dict]) -> dict:
   """One document: each row as measured by the run whose ratio is the
   median (the lower one of an even count), with every run's ratio in
   ``run_ratios``; rows without a ratio (memory, unavailable peers) from the
-  middle run that has them. Meta: the first run's, with ``runs`` and the
-  total ``wall_s``."""
+  middle run that has them. Meta: the first run's, with ``runs``, the
+  total ``wall_s``, and the last run's date and load."""
   by_key: dict[tuple, list[dict]] = {}
   for doc in docs:
     for r in doc["results"]:
@@ -55,8 +55,9 @@ def combine(docs: list[dict]) -> dict:
   results = [_median_row(rows) for rows in by_key.values()]
   meta = dict(docs[0]["meta"], runs=len(docs),
               wall_s=sum(d["meta"].get("wall_s", 0.0) for d in docs))
-  if "load_avg" in docs[-1]["meta"]:
-    meta["load_avg"] = docs[-1]["meta"]["load_avg"]
+  for key in ("date", "load_avg"):  # as the last run ended
+    if key in docs[-1]["meta"]:
+      meta[key] = docs[-1]["meta"][key]
   out = dict(meta=meta, results=results)
   if "profile" in docs[0]:
     out["profile"] = docs[0]["profile"]

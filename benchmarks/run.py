@@ -146,6 +146,7 @@ def _child_argv(args: argparse.Namespace) -> list[str]:
 def _write(doc: dict, args: argparse.Namespace, paths: dict) -> None:
   from benchmarks._report import render
   path = paths["json"]
+  wall_s = doc["meta"]["wall_s"]  # this run's (a merge keeps the full run's)
   os.makedirs(os.path.dirname(path), exist_ok=True)
   if args.only and os.path.exists(path):  # merge into the earlier run
     with open(path) as f:
@@ -156,7 +157,11 @@ def _write(doc: dict, args: argparse.Namespace, paths: dict) -> None:
     # A partial run updates some sections; the page keeps the full run's
     # header (date, mode, load) and says which sections were re-measured.
     if "meta" in old:
-      doc["meta"] = dict(old["meta"], updated=old["meta"].get("updated", []) + [
+      # An earlier re-measure of only these sections no longer describes
+      # any figure on the page.
+      earlier = [u for u in old["meta"].get("updated", [])
+                 if not set(u["workloads"]) <= set(args.workloads)]
+      doc["meta"] = dict(old["meta"], updated=earlier + [
           dict(workloads=args.workloads, date=doc["meta"]["date"],
                repeats=args.repeats,
                dispatch_repeats=doc["meta"]["dispatch_repeats"],
@@ -167,7 +172,7 @@ def _write(doc: dict, args: argparse.Namespace, paths: dict) -> None:
       doc["profile"] = old["profile"]
   with open(path, "w") as f:
     json.dump(doc, f, indent=1)
-  print(f"wrote {_rel(path)} in {doc['meta']['wall_s']:.1f} s")
+  print(f"wrote {_rel(path)} in {wall_s:.1f} s")
   report = render(doc, os.path.dirname(paths["report"]),
                   md_name=os.path.basename(paths["report"]),
                   png_name=os.path.basename(paths["plot"]))

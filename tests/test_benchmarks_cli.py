@@ -71,6 +71,29 @@ def test_partial_run_keeps_the_full_runs_header(fake_root, monkeypatch):
   assert "## 1. Dispatch" in text  # the earlier section is kept
   assert "| 8 | 6.00 s | 6.00 | 4.0x |" in text
   assert "runs **4.0 times faster**" in text
+  # A second re-measure of the same section replaces the first's line; a
+  # line naming other sections too stays, for those.
+  assert run.main(["--no-peers", "--only", "dispatch,demo"]) == 0
+  assert run.main(["--no-peers", "--only", "demo", "--docs"]) == 0
+  text = (fake_root / "docs" / "benchmarks.md").read_text()
+  assert text.count("`--only demo`") == 1
+  assert text.count("`--only dispatch,demo`") == 1
+
+
+def test_a_partial_run_reports_its_own_time(fake_root, capsys):
+  """After a merge into the full run's results, the time printed is this
+  run's, not the full run's (which the page's header keeps)."""
+  import json
+  assert run.main(["--no-peers", "--only", "dispatch"]) == 0
+  path = fake_root / "benchmarks" / "results" / "full.json"
+  doc = json.loads(path.read_text())
+  doc["meta"]["wall_s"] = 4321.0
+  path.write_text(json.dumps(doc))
+  capsys.readouterr()
+  assert run.main(["--no-peers", "--only", "dispatch"]) == 0
+  printed = capsys.readouterr().out
+  assert "full.json in " in printed and "4321" not in printed
+  assert json.loads(path.read_text())["meta"]["wall_s"] == 4321.0
 
 
 def test_guide_sections_render_the_benchmark_scripts_figures():
