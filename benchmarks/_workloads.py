@@ -96,8 +96,13 @@ def dispatch_cases(n: int):
   states, step = M.dispatch_step(n)
 
   auto = bs.jit(step)
-  never = bs.jit(step, donate_states=False)
   sync = lambda: states[0].value
+  # Each case its own states, as each pure case has its own arrays: a case
+  # sharing them writes them and reads one (its sync) between the other's
+  # batches, so that bs.jit's next call finds two lends and tests every
+  # State once more (donation.LENDS).
+  never_states, never_step = M.dispatch_step(n)
+  never = bs.jit(never_step, donate_states=False)
 
   # Own states: the reference it keeps must not reach the other cases.
   kept_states, kept_step = M.dispatch_step(n)
@@ -111,7 +116,9 @@ def dispatch_cases(n: int):
   return {"jax.jit": Case(*M.dispatch_pure(n, donate=False)),
           PURE_DISPATCH: Case(*M.dispatch_pure(n)),
           PURE_KEPT: Case(*M.dispatch_pure_kept(n)),
-          BS: Case(auto, sync), f"{BS} (donate_states=False)": Case(never, sync),
+          BS: Case(auto, sync),
+          f"{BS} (donate_states=False)": Case(
+              never, lambda: never_states[0].value),
           BS_KEPT: Case(keep_one, lambda: kept_states[0].value)}
 
 
