@@ -232,7 +232,8 @@ def test_architecture_md_links_only_inside_the_repository():
 # -- private names -------------------------------------------------------------
 
 # Names of other libraries that merely start with an underscore.
-FOREIGN = {"_getframe", "_exit", "_replace", "_asdict", "_fields", "_make"}
+FOREIGN = {"_getframe", "_exit", "_replace", "_asdict", "_fields", "_make",
+           "_is_owned"}  # (an RLock's: held by this thread)
 # Underscore names of a declared surface, and the package that may read
 # them: State's slot itself, read directly on the core's call path (one
 # attribute load per State per call, where a property would cost a call);

@@ -66,7 +66,8 @@ def make_entry(program: Any) -> Callable:
       _on_type_error=program.on_type_error, _retry=program.owner.retry,
       _Rediscover=Rediscover, _acquire=acquire_slots,
       _release=release_slots, _w=WINDOW, _L=donation.LENDS,
-      _noted=[None])  # the clock after the last write-back
+      _noted=[None],  # the clock after the last write-back
+      __name__=__name__)  # brainshard's code to interrupts.py's handler
   generic = max(len(program.reads), len(program.writes)) > MAX_STATES
   takes_args = generic or not _takes_nothing(program.owner.fun)
   # A step without parameters (a simulation step) gets an entry without

@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 import jax
 
-from brainshard._core import caches, compat, donation, fastcall
+from brainshard._core import caches, compat, donation, fastcall, interrupts
 from brainshard._core.args import StaticArgs, fun_name
 from brainshard._core.discovery import DiscoveryCache, evaluate
 from brainshard._core.errors import Rediscover
@@ -75,6 +75,7 @@ class Program:
   def __init__(self, owner: "StatefulJit", reads: Sequence[State],
                writes: Sequence[State]):
     self.owner = owner
+    interrupts.protect()  # a Ctrl-C waits for the write-back (interrupts.py)
     write_ids = {id(s) for s in writes}
     donate, can, hints = owner.donate_states, owner.can_donate, owner.placements
     self.cand = tuple(
