@@ -58,3 +58,26 @@ def canonical_spec(spec):
   while entries and entries[-1] is None:
     entries.pop()
   return tuple(entries)
+
+
+def step_while_a_thread_reads(step, read, steps: int, start_at: int) -> list:
+  """Calls ``step()`` ``steps`` times; from call ``start_at`` on, another
+  thread calls ``read()`` in a loop. Returns what that thread raised."""
+  import threading
+  errors, stop = [], threading.Event()
+
+  def reader():
+    try:
+      while not stop.is_set():
+        read()
+    except BaseException as e:  # reported by the caller
+      errors.append(e)
+
+  watcher = threading.Thread(target=reader)
+  for i in range(steps):
+    if i == start_at:
+      watcher.start()
+    step()
+  stop.set()
+  watcher.join(60)
+  return errors

@@ -15,6 +15,7 @@ from jax.sharding import PartitionSpec as P
 import brainshard as bs
 from brainshard._core import fastcall as _fastcall, program as _program
 
+from _util import step_while_a_thread_reads
 from conftest import make_mesh
 
 
@@ -267,7 +268,6 @@ def test_a_write_from_another_thread_waits_for_the_owners_call():
 def test_the_owner_stepping_while_another_thread_starts_reading():
   """The owner donates on every step while a thread starts reading and using
   the value mid-run: no array a thread holds is ever deleted, no step lost."""
-  import threading
   from brainshard._core import threads as _state
   s = bs.State(jnp.zeros(64), name="shared")
 
@@ -275,22 +275,9 @@ def test_the_owner_stepping_while_another_thread_starts_reading():
   def step():
     s.value = s.value + 1.0
 
-  errors, stop = [], threading.Event()
-
-  def reader():
-    try:
-      while not stop.is_set():
-        float(s.value.sum())  # fails if the buffer was donated under us
-    except BaseException as e:  # reported below
-      errors.append(e)
-
-  watcher = threading.Thread(target=reader)
-  for i in range(300):
-    if i == 100:
-      watcher.start()
-    step()
-  stop.set()
-  watcher.join(60)
+  # reading fails if the buffer was donated under the reader
+  errors = step_while_a_thread_reads(step, lambda: float(s.value.sum()),
+                                     steps=300, start_at=100)
   assert not errors, errors
   assert not _state.WINDOW.lockfree
   np.testing.assert_allclose(s.value, np.full(64, 300.0))

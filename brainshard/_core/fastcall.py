@@ -26,7 +26,7 @@ import os
 import sys
 from typing import Any, Callable
 
-from brainshard._core import compat, donation
+from brainshard._core import compat, donation, held
 from brainshard._core.args import fun_name
 from brainshard._core.errors import Rediscover
 from brainshard._core.threads import (
@@ -67,6 +67,7 @@ def make_entry(program: Any) -> Callable:
       _Rediscover=Rediscover, _acquire=acquire_slots,
       _release=release_slots, _w=WINDOW, _L=donation.LENDS,
       _noted=[None],  # the clock after the last write-back
+      _flush=held.flush,
       __name__=__name__)  # brainshard's code to interrupts.py's handler
   generic = max(len(program.reads), len(program.writes)) > MAX_STATES
   takes_args = generic or not _takes_nothing(program.owner.fun)
@@ -133,21 +134,26 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
   head = ["_mode = _frames.mode",
           f"if not _mode or not ({top}):",  # a frame, or a foreign trace
           f"  return {generic}"]
-  lines = [] if direct else (
-      [f"c{i} = C{i}._value" for i in range(len(cand))] +
-      [f"r{i} = R{i}._value" for i in range(len(rest))])
-  lines += ["_j = _jitted"]
+  # Many same States, all donated: the program holds its results (held.py).
+  holds = (direct and program.packed and program.donates_all and
+           len(program.writes) >= held.HOLD_FROM and
+           program.cand == program.writes)
+  rest_arg = [f"[{', '.join(rest)}]"] if program.has_rest else []
+  lines = ["_j = _jitted"]
+  if holds:
+    ns["_mine"] = held.Held(program.writes, ns["_noted"])
+    lines += _held_call(takes_args, rest_arg)
+  else:  # another program's results into the slots before they are read
+    lines += ["if _w.held is not None:",
+              "  _flush()"]
+  if not direct:
+    lines += ([f"c{i} = C{i}._value" for i in range(len(cand))] +
+              [f"r{i} = R{i}._value" for i in range(len(rest))])
   counts = program.check_refs and bool(cand)
   clock = len(program.writes) >= CLOCK_FROM
   if counts:
     lines += (_lent_tests(program, ns, cand, sole) if clock
               else _sole_tests(cand, sole))
-  def call(states: list[str], *extra: str) -> str:
-    # the program's arguments: the candidates, the other states as one list
-    # (only where there are some: Program.has_rest), then the call's own
-    return f"out, new = _j({', '.join([*states, *extra])})"
-
-  rest_arg = [f"[{', '.join(rest)}]"] if program.has_rest else []
   # Many candidates travel as one list (program.PACK_FROM); a kept
   # reference's variant then unpacks it (_kept_variant).
   cand_args = [f"[{', '.join(cand)}]"] if program.packed else cand
@@ -156,23 +162,14 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
     lines += _placement_checks(fast, ns, cand + rest, generic, takes_args)
   lines += ["try:"]
   if program.place is None or fast is not None:
-    # Star-arguments only when there are some: a call without arguments
-    # (a simulation step) skips building the argument tuple and passing an
-    # empty dict, measured at about 3% of a one-state dispatch.
-    values = cand_args + rest_arg
-    lines += ["  if kwargs:",
-              "    " + call(values, "*args", "**kwargs"),
-              "  elif args:",
-              "    " + call(values, "*args"),
-              "  else:",
-              "    " + call(values)] if takes_args else ["  " + call(values)]
+    lines += ["  " + line for line in _calls(cand_args + rest_arg, takes_args)]
   else:
     ns.update(_place=program.place, _program=program)
     lines += [f"  cl, rl, _a, _k = _place(_program, [{', '.join(cand)}], "
               f"[{', '.join(rest)}], {_passed(takes_args)})",
-              "  " + call(["cl" if program.packed else "*cl"] +
-                          (["rl"] if program.has_rest else []),
-                          "*_a", "**_k")]
+              "  " + _call(["cl" if program.packed else "*cl"] +
+                           (["rl"] if program.has_rest else []),
+                           "*_a", "**_k")]
   lines += ["except TypeError:",
             "  _on_type_error()",
             "  raise"]
@@ -184,6 +181,13 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
     # signature there); else every mark is still None.
     targets = ", ".join(f"W{i}._value" for i in range(len(program.writes)))
     reset = " = ".join(f"W{i}._sig" for i in range(len(program.writes)))
+    if holds:  # all donated: keep the results (held.py)
+      lines += ["if _j is _jitted:",
+                "  if _w.held is not None:",  # (see _held_call)
+                "    _flush()",
+                "  _mine.values = new",
+                "  _w.held = _mine",
+                "  return out"]
     lines += [f"{targets}, = new"]
     if not clock:
       lines += [f"{reset} = None"]
@@ -205,6 +209,51 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
            "    _w.busy -= 1",
            "  else:",
            "    _release()"])
+
+
+def _call(states: list[str], *extra: str) -> str:
+  """The program's call: the candidates (or their list), the other states
+  as one list (only where there are some: Program.has_rest), then the
+  call's own arguments."""
+  return f"out, new = _j({', '.join([*states, *extra])})"
+
+
+def _calls(values: list[str], takes_args: bool) -> list[str]:
+  """The call, with the star-arguments only where there are some: a call
+  without arguments (a simulation step) skips building the argument tuple
+  and passing an empty dict, measured at about 3% of a one-state dispatch."""
+  if not takes_args:
+    return [_call(values)]
+  return ["if kwargs:",
+          "  " + _call(values, "*args", "**kwargs"),
+          "elif args:",
+          "  " + _call(values, "*args"),
+          "else:",
+          "  " + _call(values)]
+
+
+def _held_call(takes_args: bool, rest_arg: list[str]) -> list[str]:
+  """The call of a program that holds its results (held.py): when they are
+  still held, straight from the held list to the next results, no slot
+  read or written. Else whoever holds writes back first."""
+  return (["_h = _w.held",
+           "if _h is _mine:",
+           "  try:"] +
+          ["    " + line for line in _calls(["_mine.values"] + rest_arg,
+                                            takes_args)] +
+          ["  except TypeError:",
+           "    _on_type_error()",
+           "    raise",
+           # A trace during the call (new arguments) may have read a State,
+           # which wrote the held values back (the arrays just donated): the
+           # new ones are held again, and any other program's written back.
+           "  if _w.held is not _mine:",
+           "    _flush()",
+           "    _w.held = _mine",
+           "  _mine.values = new",
+           "  return out",
+           "if _h is not None:",
+           "  _flush()"])
 
 
 def _noting_reset(program: Any, ns: dict, counts: bool,

@@ -25,10 +25,11 @@ default handler around each cell; a hook puts this one back for the cell.
 Example:
   >>> import signal
   >>> from brainshard._core import interrupts
-  >>> interrupts.protect()
-  >>> signal.getsignal(signal.SIGINT) in (interrupts.on_sigint,
-  ...                                     signal.default_int_handler)
+  >>> before = signal.signal(signal.SIGINT, signal.default_int_handler)
+  >>> interrupts.protect()  # (as building a program does)
+  >>> signal.getsignal(signal.SIGINT) is interrupts.on_sigint
   True
+  >>> _ = signal.signal(signal.SIGINT, before)
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from brainshard._core.errors import Rediscover
 from brainshard._core.frames import (
     ReplayFrame, current_signature, gather_values, replay, union,
     write_results)
+from brainshard._core.held import flush, flush_unheld
 from brainshard._core.placement import HintedPlacement
 from brainshard._core.state import State
 from brainshard._core.threads import (
@@ -108,7 +109,10 @@ class Program:
 
     def pure_packed(cand_vals, *call_args, **kwargs):  # (cand_vals, ...)
       rest = call_args[0] if has_rest else ()
-      return self._pure(cand_vals, rest, call_args[has_rest:], kwargs)
+      out, written = self._pure(cand_vals, rest, call_args[has_rest:], kwargs)
+      # a list, as the values came in: a program holding its results
+      # (held.py) passes them to its next call as they are
+      return out, list(written)
 
     self._funs = {False: pure, True: pure_packed}
     for f in self._funs.values():
@@ -200,6 +204,7 @@ class Program:
     """``(mask, jitted, jit_args, jit_kwargs)`` of a call: steps 1-3."""
     top = not _frames.stack and compat.at_top_level()
     if top:  # an unset slot (a state created in a transform) fails in jit
+      flush_unheld()  # (lower, trace and the runner's checks come here too)
       # (comprehensions: about half the cost per state of map(attrgetter))
       cand = [s._value for s in self.cand]
       rest = [s._value for s in self.rest]
@@ -245,6 +250,7 @@ class Program:
       return self._run(args, kwargs, compiled, fixed_mask)
     locked = hold_slots()  # see threads.py: donation must not race others
     try:
+      flush()  # a program's held results into the slots first (held.py)
       return self._run(args, kwargs, compiled, fixed_mask)
     finally:
       let_go_slots(locked)

@@ -24,6 +24,7 @@ import jax
 from brainshard._core import compat
 from brainshard._core.donation import LENDS, next_lend
 from brainshard._core.errors import StateTraceError, check_not_scalar_list
+from brainshard._core.held import flush, flush_unheld
 from brainshard._core.state_extras import StateExtras
 from brainshard._core.threads import (
     OWNER, WINDOW, acquire_slots, current_frame, hold_slots, let_go_slots,
@@ -45,10 +46,6 @@ _live_states: "weakref.WeakSet[State]" = weakref.WeakSet()
 # jax.jit and optax can flatten (JAX sorts dict keys). `next` on a count is
 # atomic under the GIL.
 _creation_counter = itertools.count()
-
-
-# ----------------------------------------------------------------------------
-# State
 
 
 class _Marker:
@@ -148,6 +145,8 @@ class State(StateExtras):
     if mode == OWNER:
       WINDOW.busy += 1
       if WINDOW.lockfree:
+        if WINDOW.held is not None:  # a program's results first (held.py)
+          flush()
         value = self._value
         if self._sig is None:  # _mark(), inline: the notebook's per-step read
           self._sig, LENDS.last = LENT, self._order
@@ -203,23 +202,12 @@ class State(StateExtras):
     State.__init__(new, value, **fields)
     return new
 
-  def copy(self) -> "State":
-    """A new State of this type with this one's value, name, spec and axes.
-
-    Example:
-      >>> import brainshard as bs, jax.numpy as jnp
-      >>> v = bs.State(jnp.ones(2), name='v')
-      >>> c = v.copy(); c.value = c.value + 1
-      >>> v.value, c.value
-      (Array([1., 1.], dtype=float32), Array([2., 2.], dtype=float32))
-    """
-    return self.replace(self.value)
-
   @property
   def sharding(self) -> Any:
     """The ``NamedSharding`` of the current value (a pytree of them for a
     pytree value), or ``None`` where the value is not on a mesh (a single
     device) or is being traced."""
+    flush_unheld()
     value = self._value
     if value is UNSET or thread_frames.stack:
       return None
@@ -229,6 +217,7 @@ class State(StateExtras):
     return jax.tree.map(named, value)
 
   def __repr__(self) -> str:
+    flush_unheld()
     parts = []
     if self.name is not None:
       parts.append(f"name={self.name!r}")
@@ -263,6 +252,7 @@ class State(StateExtras):
       return NotImplemented
 
   def __getstate__(self):  # a copy or a pickle shares the value
+    flush_unheld()
     self._lend()
     return self.__dict__, {"_value": self._value, "_sig": self._sig}
 
@@ -276,6 +266,7 @@ class State(StateExtras):
     where it was created when it has no name."""
     if self.name is not None:
       return f"{type(self).__name__} {self.name!r}"
+    flush_unheld()
     if self._sig is not None and self._sig is not LENT:
       desc = describe_signature(self._sig)
     elif self._value is not UNSET:
@@ -297,6 +288,7 @@ class State(StateExtras):
   def _locked_slot(self) -> Any:
     acquire_slots()
     try:
+      flush()
       self._lend()
       return self._value
     finally:
@@ -305,13 +297,15 @@ class State(StateExtras):
   @property
   def slot(self) -> Any:
     """The global slot as is: the concrete value, or ``UNSET`` while the
-    State exists only inside a transform. No frame, lock or check."""
+    State exists only inside a transform. No frame or lock."""
+    flush_unheld()
     self._lend()
     return self._value
 
   def global_value(self) -> Any:
     """The concrete value in the global slot (frames ignored); raises for
     a State created inside a transform that has returned."""
+    flush_unheld()
     self._lend()
     value = self._value
     if value is UNSET:
@@ -349,6 +343,7 @@ class State(StateExtras):
     the signature and placement are forgotten)."""
     locked = hold_slots()  # not while another thread's call donates
     try:
+      flush()  # a program's held results first: this write comes after them
       self._mark()  # the caller may still hold the value
       self._value = value
       self._created_in = self._placed = None
@@ -358,6 +353,7 @@ class State(StateExtras):
   def keep_placed_value(self, value: Any) -> None:
     """Replaces the value by the same value placed where a program reads it
     (not a write: see _core/placement.py ``keep_placed``)."""
+    flush_unheld()
     self._value = value
     self._mark()
     leaf = jax.tree.leaves(value)[:1]
@@ -367,6 +363,7 @@ class State(StateExtras):
   def placed_by_program(self) -> bool:
     """Whether a program, not the user, put the value where it lives."""
     ref = self._placed
+    flush_unheld()
     leaf = jax.tree.leaves(self._value)[:1] if ref is not None else ()
     return bool(leaf) and ref() is leaf[0]
 
@@ -387,6 +384,7 @@ def store(states: Sequence[State], values: Sequence[Any]) -> None:
   """Puts concrete results into the states' global slots (top level only).
   The generated call of _core/fastcall.py writes its own outputs inline,
   with ``_sig`` None: read by nothing yet (see LENT)."""
+  flush_unheld()
   for state, value in zip(states, values, strict=True):
     state._value = value
     state._mark()  # a transform's results may be referenced elsewhere

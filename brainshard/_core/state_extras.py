@@ -1,6 +1,6 @@
 """brainstate's State methods beyond brainshard's core, as a base of State.
 
-``numel``, ``copy_from``, ``to_state_ref`` / ``update_from_ref`` (see
+``copy``, ``numel``, ``copy_from``, ``to_state_ref`` / ``update_from_ref`` (see
 state_ref.py) and the helpers of ``State.replace``'s brainstate forms
 (``replace(_name=...)``, ``replace(other_state)``). Kept here so state.py
 holds the value/frame machinery only.
@@ -45,6 +45,18 @@ class StateExtras:
           f"{self.label()}.replace() was given {other.label()} of another "
           "type; pass a value or a State of the same type.")
     return other
+
+  def copy(self) -> Any:
+    """A new State of this type with this one's value, name, spec and axes.
+
+    Example:
+      >>> import brainshard as bs, jax.numpy as jnp
+      >>> v = bs.State(jnp.ones(2), name='v')
+      >>> c = v.copy(); c.value = c.value + 1
+      >>> v.value, c.value
+      (Array([1., 1.], dtype=float32), Array([2., 2.], dtype=float32))
+    """
+    return self.replace(self.value)
 
   def numel(self) -> int:
     """How many numbers the value holds (summed over its leaves).

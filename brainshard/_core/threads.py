@@ -47,11 +47,12 @@ GIL_ENABLED = getattr(sys, "_is_gil_enabled", lambda: True)()
 
 
 class _Window:
-  __slots__ = ("busy", "lockfree")
+  __slots__ = ("busy", "lockfree", "held")
 
   def __init__(self):
     self.busy = 0  # a count: a call can nest in another (a host callback)
     self.lockfree = GIL_ENABLED
+    self.held = None  # the program whose results are not written back (held.py)
 
 
 WINDOW = _Window()

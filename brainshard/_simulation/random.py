@@ -134,7 +134,7 @@ class RandomState(State):
     super().__init__(_as_key(seed_or_key, "RandomState"), name=name)
 
   def __repr__(self) -> str:
-    value = self._value
+    value = self.slot
     if isinstance(value, jax.Array) and not compat.is_traced(value):
       # the key itself (its data shows the seed), not only its type
       name = "" if self.name is None else f"name={self.name!r}, "
