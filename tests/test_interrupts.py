@@ -229,3 +229,15 @@ def test_in_ipython_each_cell_gets_the_handler_back():
     shell.events.unregister("pre_run_cell", interrupts._before_cell)
     interrupts._ipython_hooked[0] = False
     shell_module.InteractiveShell.clear_instance()
+
+
+def test_making_a_state_installs_the_handler_once(monkeypatch):
+  """Reads and writes hold the owner's window too: covered before any
+  program is built, from the first State on."""
+  monkeypatch.setattr(interrupts, "_once", [False])
+  signal.signal(signal.SIGINT, signal.default_int_handler)
+  bs.State(jnp.zeros(2))
+  assert signal.getsignal(signal.SIGINT) is interrupts.on_sigint
+  signal.signal(signal.SIGINT, signal.default_int_handler)
+  bs.State(jnp.zeros(2))  # once only: a handler put back later stays
+  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -42,10 +42,11 @@ from typing import Any
 
 from brainshard._core.threads import SLOT_LOCK, WINDOW, thread_frames
 
-__all__ = ["protect", "on_sigint"]
+__all__ = ["protect", "protect_once", "on_sigint"]
 
 _OWN_CODE = "brainshard."  # the modules whose frames a handler may defer in
 _ipython_hooked = [False]
+_once = [False]
 
 
 def _holding_slots() -> bool:
@@ -78,8 +79,8 @@ def on_sigint(signum: int, frame: Any) -> None:
 
 def protect() -> None:
   """Puts :func:`on_sigint` in place of Python's default SIGINT handler.
-  Called as each program is built; does nothing off the main thread or where
-  another handler is installed."""
+  Called as each program is built (and the first State is made); does
+  nothing off the main thread or where another handler is installed."""
   if threading.current_thread() is not threading.main_thread():
     return
   try:
@@ -88,6 +89,14 @@ def protect() -> None:
   except ValueError:  # pragma: no cover - an interpreter without signals
     return
   _hook_ipython()
+
+
+def protect_once() -> None:
+  """:func:`protect`, the first time only: called as each State is made,
+  so that reads and writes are covered before any program is built."""
+  if not _once[0]:
+    _once[0] = True
+    protect()
 
 
 def _hook_ipython() -> None:

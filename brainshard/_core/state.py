@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Iterator, Sequence
 
 import jax
 
-from brainshard._core import compat
+from brainshard._core import compat, interrupts
 from brainshard._core.donation import LENDS, next_lend
 from brainshard._core.errors import StateTraceError, check_not_scalar_list
 from brainshard._core.held import flush, flush_unheld
@@ -122,6 +122,7 @@ class State(StateExtras):
     self._value = UNSET
     self._placed = None  # see _keep_placed
     self._order = next(_creation_counter)
+    interrupts.protect_once()  # a Ctrl-C inside a read (interrupts.py)
     frame = current_frame()
     if frame is not None:
       value = jax.tree.map(lambda x: to_array(x, "State(...)"), value)
