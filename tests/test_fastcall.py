@@ -364,3 +364,30 @@ def test_a_placed_step_without_parameters():
     want = want * 2.0 + 1.0
   np.testing.assert_allclose(v.value, want)
   np.testing.assert_allclose(w.value, want)
+
+
+@pytest.mark.parametrize("n", [1, 130])  # 130: packed, holding
+def test_what_a_step_returns_comes_back_as_it_was(n):
+  """A step returning None gets its written values back as a bare list from
+  the program (program.results); any other return value, a list included,
+  is the caller's, on the generated call and on the generic path."""
+  states = [bs.State(jnp.zeros(2)) for _ in range(n)]
+  returns = {"none": lambda: None, "list": lambda: [states[0].value],
+             "tuple": lambda: (None, states[0].value)}
+  for kind, ret in returns.items():
+    @bs.jit
+    def step(ret=ret):
+      for s in states:
+        s.value = s.value + 1.0
+      return ret()
+    outs = [step() for _ in range(3)]
+    for i, out in enumerate(outs):
+      if kind == "none":
+        assert out is None
+      elif kind == "list":
+        assert isinstance(out, list) and len(out) == 1
+        np.testing.assert_array_equal(out[0], states[0].value - 2 + i)
+      else:
+        assert isinstance(out, tuple) and out[0] is None
+        np.testing.assert_array_equal(out[1], states[0].value - 2 + i)
+  np.testing.assert_array_equal(states[-1].value, 9.0)

@@ -67,7 +67,7 @@ def make_entry(program: Any) -> Callable:
       _Rediscover=Rediscover, _acquire=acquire_slots,
       _release=release_slots, _w=WINDOW, _L=donation.LENDS,
       _noted=[None],  # the clock after the last write-back
-      _flush=held.flush,
+      _flush=held.flush, _list=list,
       __name__=__name__)  # brainshard's code to interrupts.py's handler
   generic = max(len(program.reads), len(program.writes)) > MAX_STATES
   takes_args = generic or not _takes_nothing(program.owner.fun)
@@ -172,7 +172,7 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
                            "*_a", "**_k")]
   lines += ["except TypeError:",
             "  _on_type_error()",
-            "  raise"]
+            "  raise"] + _SPLIT
   if program.writes:
     # This call's own outputs: nothing else refers to them (donation.py), and
     # their signature is computed when asked for. So their marks are reset
@@ -211,11 +211,19 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
            "    _release()"])
 
 
+# The program's results (program.results): the written values alone, as a
+# list, where the function returns None; else (out, written).
+_SPLIT = ["if new.__class__ is _list:",
+          "  out = None",
+          "else:",
+          "  out, new = new"]
+
+
 def _call(states: list[str], *extra: str) -> str:
   """The program's call: the candidates (or their list), the other states
   as one list (only where there are some: Program.has_rest), then the
   call's own arguments."""
-  return f"out, new = _j({', '.join([*states, *extra])})"
+  return f"new = _j({', '.join([*states, *extra])})"
 
 
 def _calls(values: list[str], takes_args: bool) -> list[str]:
@@ -243,7 +251,7 @@ def _held_call(takes_args: bool, rest_arg: list[str]) -> list[str]:
                                             takes_args)] +
           ["  except TypeError:",
            "    _on_type_error()",
-           "    raise",
+           "    raise"] + ["  " + line for line in _SPLIT] + [
            # A trace during the call (new arguments) may have read a State,
            # which wrote the held values back (the arrays just donated): the
            # new ones are held again, and any other program's written back.

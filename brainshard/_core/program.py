@@ -2,9 +2,9 @@
 
 A :class:`Program` is fixed by the states a function reads and writes. Its
 pure function ``pure(*cand_vals, rest_vals, *args, **kwargs) -> (out,
-written_vals)`` re-runs the user function with the state values injected
-(or evaluates the discovery's jaxpr, when it was traced for exactly this
-signature). Per call, :meth:`Program.call` is the whole runtime:
+written_vals)`` (:func:`results`) re-runs the user function with the state
+values injected (or evaluates the discovery's jaxpr, when traced for
+exactly this signature). Per call, :meth:`Program.call` is the whole runtime:
 
 1. read the states' values (their global slots at top level, the frame when
    traced);
@@ -95,31 +95,27 @@ class Program:
       self.place, self.place_targets = placement.place, placement.fast_targets
     nc = self.nc = len(self.cand)
     # The other states' values travel as one list argument after the
-    # candidates; with none, there is no such argument (an empty list costs
-    # JAX a pytree flatten and a cache-key entry on every call: about 5% of
-    # a one-state dispatch, measured).
+    # candidates; with none, no such argument (an empty list costs JAX a
+    # pytree flatten and a cache-key entry per call: 5% of a one-state call).
     self.has_rest = bool(self.rest)
     has_rest = self.has_rest
     self.packed = nc >= PACK_FROM
 
     def pure(*call_args, **kwargs):  # (*cand_vals, [rest_vals], *args)
       rest = call_args[nc] if has_rest else ()
-      return self._pure(call_args[:nc], rest, call_args[nc + has_rest:],
-                        kwargs)
+      return results(*self._pure(call_args[:nc], rest,
+                                 call_args[nc + has_rest:], kwargs))
 
     def pure_packed(cand_vals, *call_args, **kwargs):  # (cand_vals, ...)
       rest = call_args[0] if has_rest else ()
-      out, written = self._pure(cand_vals, rest, call_args[has_rest:], kwargs)
-      # a list, as the values came in: a program holding its results
-      # (held.py) passes them to its next call as they are
-      return out, list(written)
+      return results(*self._pure(cand_vals, rest, call_args[has_rest:],
+                                 kwargs))
 
     self._funs = {False: pure, True: pure_packed}
     for f in self._funs.values():
       f.__name__ = f.__qualname__ = fun_name(owner.fun)
     self._jitted: dict[tuple[bool, ...], tuple[Any, bool]] = {}
-    # mask_for returns these very objects in the common cases, so that a
-    # call picks its jax.jit without hashing an N-long tuple.
+    # (mask_for returns these very objects: no N-long tuple hashed per call)
     self._mask_all, self._mask_none = (True,) * nc, (False,) * nc
     self._v_none = self.variant(self._mask_none)
     # 'auto' where counts are unreliable (free-threaded builds): never donate.
@@ -158,8 +154,6 @@ class Program:
           **kwargs), packed
     return v
 
-  # -- the pure function ------------------------------------------------------
-
   def _pure(self, cand_vals, rest_vals, args, kwargs):
     read_vals = [*cand_vals, *rest_vals]
     if self.owner.stateful is not None:
@@ -181,8 +175,6 @@ class Program:
       return None  # (a jaxpr closed over another trace's values is stale)
     by_id = dict(zip(map(id, self.reads), read_vals, strict=True))
     return evaluate(d, leaves, [by_id[id(s)] for s in d.read_states])
-
-  # -- the one call path ------------------------------------------------------
 
   def mask_for(self, cand_vals: list) -> tuple[bool, ...]:
     """Which candidates this top-level call may donate (see donation.py).
@@ -258,15 +250,23 @@ class Program:
   def _run(self, args, kwargs, compiled, fixed_mask):
     _, jitted, jargs, jkwargs = self.prepare(args, kwargs, fixed_mask)
     try:
-      out, new_vals = (compiled or jitted)(*jargs, **jkwargs)
+      res = (compiled or jitted)(*jargs, **jkwargs)
     except TypeError:
       self.on_type_error()
       raise
+    out, new_vals = (None, res) if res.__class__ is list else res  # results()
     write_results(self.writes, new_vals, self.owner.name)
     return out
 
   def on_type_error(self) -> None:
     gather_values(self.reads, self.owner.name)  # the State's own error, if any
+
+
+def results(out: Any, written: Sequence[Any]) -> Any:
+  """``(out, written)``, or for a function returning None the written values
+  alone as a list: JAX builds one list, not a tuple with a None node (1.3% of
+  a ten-state dispatch), and it goes back into a next call as is (held.py)."""
+  return list(written) if out is None else (out, list(written))
 
 
 def _discovered(stateful: DiscoveryCache, args, kwargs):
