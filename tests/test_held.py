@@ -1,6 +1,6 @@
 """A program over many States holds its results between calls (_core/held.py).
 
-Every test drives a program of ``HOLD_FROM`` or more States, checks it
+Every test drives a program of ``PACK_FROM`` or more States, checks it
 really holds (its States' slots are behind), touches the States some other
 way, and compares every value with a count kept by hand: whatever reads,
 writes, copies, traces or calls in between sees the held results, and a
@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 
 import brainshard as bs
-from brainshard._core import held
+from brainshard._core import program
 from brainshard._core.threads import WINDOW
 
 from _util import count_compiles, step_while_a_thread_reads
 
-N = held.HOLD_FROM
+N = program.PACK_FROM
 
 
 def make(n=N, extra=None):

@@ -134,9 +134,10 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
   head = ["_mode = _frames.mode",
           f"if not _mode or not ({top}):",  # a frame, or a foreign trace
           f"  return {generic}"]
-  # Many same States, all donated: the program holds its results (held.py).
+  # Many States read and written, all donated as one list: the program
+  # holds its results (held.py) and passes them back in as they came out.
+  # (Fewer, packed so, gain nothing: benchmarks/ANALYSIS.md, eighth pass.)
   holds = (direct and program.packed and program.donates_all and
-           len(program.writes) >= held.HOLD_FROM and
            program.cand == program.writes)
   rest_arg = [f"[{', '.join(rest)}]"] if program.has_rest else []
   lines = ["_j = _jitted"]
@@ -182,12 +183,7 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
     targets = ", ".join(f"W{i}._value" for i in range(len(program.writes)))
     reset = " = ".join(f"W{i}._sig" for i in range(len(program.writes)))
     if holds:  # all donated: keep the results (held.py)
-      lines += ["if _j is _jitted:",
-                "  if _w.held is not None:",  # (see _held_call)
-                "    _flush()",
-                "  _mine.values = new",
-                "  _w.held = _mine",
-                "  return out"]
+      lines += ["if _j is _jitted:"] + ["  " + line for line in _HOLD]
     lines += [f"{targets}, = new"]
     if not clock:
       lines += [f"{reset} = None"]
@@ -217,6 +213,17 @@ _SPLIT = ["if new.__class__ is _list:",
           "  out = None",
           "else:",
           "  out, new = new"]
+
+
+# A holding program's results kept (held.py). Whoever holds now is written
+# back first: another program (a host callback's call), or none where a
+# trace during this call read a State and so wrote this program's values
+# back (the arrays just donated): the new ones are then held again.
+_HOLD = ["if _w.held is not _mine:",
+         "  _flush()",
+         "  _w.held = _mine",
+         "_mine.values = new",
+         "return out"]
 
 
 def _call(states: list[str], *extra: str) -> str:
@@ -251,16 +258,8 @@ def _held_call(takes_args: bool, rest_arg: list[str]) -> list[str]:
                                             takes_args)] +
           ["  except TypeError:",
            "    _on_type_error()",
-           "    raise"] + ["  " + line for line in _SPLIT] + [
-           # A trace during the call (new arguments) may have read a State,
-           # which wrote the held values back (the arrays just donated): the
-           # new ones are held again, and any other program's written back.
-           "  if _w.held is not _mine:",
-           "    _flush()",
-           "    _w.held = _mine",
-           "  _mine.values = new",
-           "  return out",
-           "if _h is not None:",
+           "    raise"] + ["  " + line for line in _SPLIT + _HOLD] +
+          ["if _h is not None:",
            "  _flush()"])
 
 

@@ -5,7 +5,8 @@ hundreds of States that is most of brainshard's own cost: right after JAX's
 dispatch the State objects are cold, and the reads and writes cost ~100 ns
 per State where a loop costs ~20 (benchmarks/ANALYSIS.md, seventh pass).
 So a program that reads and writes the same many States, donating all of
-them (fastcall.py: ``HOLD_FROM``), keeps its results in a list of its own
+them and passing them as one list (``program.PACK_FROM`` or more: the
+results then go back in as they came out), keeps its results in a list of its own
 (:class:`Held`) and passes that list straight to its next call. Its States'
 slots meanwhile hold the donated arrays of the call before.
 
@@ -17,8 +18,8 @@ value can be shared with the held list: donating it again needs no count.
 
 Example:
   >>> import brainshard as bs, jax.numpy as jnp
-  >>> from brainshard._core import held
-  >>> states = [bs.State(jnp.zeros(2)) for _ in range(held.HOLD_FROM)]
+  >>> from brainshard._core import held, program
+  >>> states = [bs.State(jnp.zeros(2)) for _ in range(program.PACK_FROM)]
   >>> @bs.jit
   ... def step():
   ...   for s in states:
@@ -39,12 +40,7 @@ from typing import Any, Sequence
 from brainshard._core.donation import LENDS
 from brainshard._core.threads import WINDOW, hold_slots, let_go_slots
 
-__all__ = ["HOLD_FROM", "Held", "flush", "flush_unheld", "WINDOW"]
-
-# From this many States read and written (all of them donated), a program
-# holds its results. Below it the slots cost less than a check on every
-# other access would save (~20-30 ns per State in a loop).
-HOLD_FROM = 128
+__all__ = ["Held", "flush", "flush_unheld", "WINDOW"]
 
 
 class Held:

@@ -32,7 +32,7 @@ from brainshard._core.errors import Rediscover
 from brainshard._core.frames import (
     ReplayFrame, current_signature, gather_values, replay, union,
     write_results)
-from brainshard._core.held import flush, flush_unheld
+from brainshard._core.held import flush_unheld
 from brainshard._core.placement import HintedPlacement
 from brainshard._core.state import State
 from brainshard._core.threads import (
@@ -196,7 +196,7 @@ class Program:
     """``(mask, jitted, jit_args, jit_kwargs)`` of a call: steps 1-3."""
     top = not _frames.stack and compat.at_top_level()
     if top:  # an unset slot (a state created in a transform) fails in jit
-      flush_unheld()  # (lower, trace and the runner's checks come here too)
+      flush_unheld()  # a program's held results first (held.py)
       # (comprehensions: about half the cost per state of map(attrgetter))
       cand = [s._value for s in self.cand]
       rest = [s._value for s in self.rest]
@@ -242,7 +242,6 @@ class Program:
       return self._run(args, kwargs, compiled, fixed_mask)
     locked = hold_slots()  # see threads.py: donation must not race others
     try:
-      flush()  # a program's held results into the slots first (held.py)
       return self._run(args, kwargs, compiled, fixed_mask)
     finally:
       let_go_slots(locked)

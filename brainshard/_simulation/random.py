@@ -27,6 +27,7 @@ import numpy as np
 
 from brainshard._core import compat
 from brainshard._core.frames import manual_axes
+from brainshard._core.held import flush_unheld
 from brainshard._core.state import State
 from brainshard._core.threads import frame_stack, outside_frames, slots_locked
 
@@ -134,7 +135,8 @@ class RandomState(State):
     super().__init__(_as_key(seed_or_key, "RandomState"), name=name)
 
   def __repr__(self) -> str:
-    value = self.slot
+    flush_unheld()  # a program's held results first (not a lend: a read)
+    value = self._value
     if isinstance(value, jax.Array) and not compat.is_traced(value):
       # the key itself (its data shows the seed), not only its type
       name = "" if self.name is None else f"name={self.name!r}, "
