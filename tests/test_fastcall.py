@@ -366,7 +366,7 @@ def test_a_placed_step_without_parameters():
   np.testing.assert_allclose(w.value, want)
 
 
-@pytest.mark.parametrize("n", [1, 130])  # 130: packed, holding
+@pytest.mark.parametrize("n", [1, _program.PACK_FROM + 2])  # packed, holding
 def test_what_a_step_returns_comes_back_as_it_was(n):
   """A step returning None gets its written values back as a bare list from
   the program (program.results); any other return value, a list included,

@@ -45,13 +45,13 @@ _getrefcount = sys.getrefcount
 _MAX_VARIANTS = 8  # donation choices compiled per program before giving up
 
 # From this many donation candidates, a call that donates all of them (or
-# none) passes their values as one list. JAX 0.10's dispatch costs more than
-# linearly in the number of donated positional arguments: against the same
-# arrays donated as one list (pure jax.jit, 2-core CPU) +7% at 600, +6-15%
-# at 1000, +26% at 2000; within 1% from 2 to 300 (benchmarks/ANALYSIS.md,
-# sixth pass). Below, the positional form stays: a kept reference's variant
-# is then a plain jax.jit, not a Python adapter that unpacks the list.
-PACK_FROM = 128
+# none) passes their values as one list: JAX 0.10's dispatch costs more than
+# linearly in donated positional arguments (+6-15% at 1000, sixth pass in
+# benchmarks/ANALYSIS.md), and a program reading and writing the same States
+# holds its results in that list (held.py; 2% of a call at 64-100, ninth
+# pass). Below, the list's pytree node costs what the slots cost, and a kept
+# reference's variant is a plain jax.jit, not an adapter unpacking the list.
+PACK_FROM = 64
 
 
 def _rediscover(frame: ReplayFrame, extra: list[State]) -> Rediscover:
