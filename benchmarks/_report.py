@@ -225,8 +225,9 @@ def _goal_summary(results: list[dict]) -> list[str]:
               + ("" if goal_of(r) else " (info)"))
     cells = ", ".join(map(cell, rs))
     missed = [r for r in rs if goal_of(r) and r["ratio"] > goal_of(r)]
+    # Three places where two would show "1.05 > 1.05".
     verdict = "yes" if not missed else "**no** (" + ", ".join(
-        f"{label(r)}: {r['ratio']:.2f} > {goal_of(r):.2f}" for r in missed) + ")"
+        f"{label(r)}: {r['ratio']:.3f} > {goal_of(r):.2f}" for r in missed) + ")"
     peers = "-" if impl is None else _peer_summary(
         [r for r in allrows if r["case"] in {x["case"] for x in rs}])
     if impl is None:

@@ -216,3 +216,12 @@ def test_runs_report_the_median_process_of_each_figure(fake_root, monkeypatch):
   assert "the median of 3 runs in separate processes" in text
   with pytest.raises(SystemExit):
     run.parse_args(["--runs", "0"])
+
+
+def test_a_missed_goal_shows_the_ratio_past_the_rounding():
+  """A median of 1.054 against 1.05 must not read "1.05 > 1.05"."""
+  from benchmarks import _report
+  rows = [dict(row, goal=1.05, ratio=1.054) if row["impl"] == "brainshard"
+          else dict(row) for row in _ROWS]
+  text = "\n".join(_report._goal_summary(rows))
+  assert "N=1: 1.054 > 1.05" in text, text
