@@ -6,9 +6,9 @@ dispatch the State objects are cold, and the reads and writes cost ~100 ns
 per State where a loop costs ~20 (benchmarks/ANALYSIS.md, seventh pass).
 So a program that reads and writes the same many States, donating all of
 them and passing them as one list (``program.PACK_FROM`` or more: the
-results then go back in as they came out), keeps its results in a list of its own
-(:class:`Held`) and passes that list straight to its next call. Its States'
-slots meanwhile hold the donated arrays of the call before.
+results then go back in as they came out), keeps its results in a list of
+its own (:class:`Held`) and passes that list straight to its next call. Its
+States' slots meanwhile hold the donated arrays of the call before.
 
 One program holds at a time (``WINDOW.held``). Anything else that touches a
 State first writes the held values back (:func:`flush`): a ``state.value``
