@@ -47,6 +47,8 @@ COMMANDS = {
              "one SPMD program (docs/submesh.md)"),
     "dispatch-probe": ("benchmarks._dispatch_probe", "which path bs.jit "
                        "calls take on this platform (a diagnostic)"),
+    "python-cost": ("benchmarks._python_cost", "a bs.jit call's own Python "
+                    "per call, JAX stood in for (ANALYSIS.md)"),
 }
 DEFAULT = "suite"
 

@@ -225,3 +225,16 @@ def test_a_missed_goal_shows_the_ratio_past_the_rounding():
           else dict(row) for row in _ROWS]
   text = "\n".join(_report._goal_summary(rows))
   assert "N=1: 1.054 > 1.05" in text, text
+
+
+@pytest.mark.parametrize("n", [3, "PACK_FROM"])
+def test_python_cost_times_the_generated_call_without_jax(n):
+  """`python -m benchmarks python-cost`: every timed call of the generated
+  call (positional, and holding its results) reached the stand-in, never
+  JAX (it raises otherwise), and nothing is left held afterwards."""
+  from benchmarks import _python_cost
+  from brainshard._core import held, program
+  n = program.PACK_FROM if n == "PACK_FROM" else n
+  r = _python_cost.python_cost(n, calls=50, batches=2)
+  assert set(r) == {"pure", "entry", "object"} and r["pure"] > 0
+  assert held.WINDOW.held is None
