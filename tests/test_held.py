@@ -251,3 +251,29 @@ def test_lower_and_trace_read_the_held_values():
   compiled()  # a Compiled call goes the generic way: writes back first
   step()
   np.testing.assert_array_equal(values(states), 6.0)
+
+
+def test_a_dropped_program_writes_back_and_lets_go():
+  """Dropping a holding program (its jitted function) writes its results
+  back when Python collects it, as its call would have: States kept stay
+  right, and States dropped too free their arrays then, not at the next
+  access of some other State."""
+  import gc
+  import weakref
+  states, step = make()
+  for _ in range(3):
+    step()
+  assert holding(states)
+  del step
+  gc.collect()
+  assert WINDOW.held is None  # written back with the program gone
+  np.testing.assert_array_equal(values(states), 3.0)
+
+  states, step = make()
+  for _ in range(3):
+    step()
+  assert holding(states)
+  freed = weakref.ref(WINDOW.held.values[0])
+  del states, step
+  gc.collect()
+  assert WINDOW.held is None and freed() is None

@@ -142,7 +142,7 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
   rest_arg = [f"[{', '.join(rest)}]"] if program.has_rest else []
   lines = ["_j = _jitted"]
   if holds:
-    ns["_mine"] = held.Held(program.writes, ns["_noted"])
+    ns["_mine"] = held.Held(program.writes, ns["_noted"], program)
     lines += _held_call(takes_args, rest_arg)
   else:  # another program's results into the slots before they are read
     lines += ["if _w.held is not None:",

@@ -13,8 +13,9 @@ States' slots meanwhile hold the donated arrays of the call before.
 One program holds at a time (``WINDOW.held``). Anything else that touches a
 State first writes the held values back (:func:`flush`): a ``state.value``
 read or write, any other program's call, a trace, a copy, a pickle, a
-checkpoint, ``repr``. So nobody ever sees a slot that is behind, and no
-value can be shared with the held list: donating it again needs no count.
+checkpoint, ``repr``; so does the program's collection, once nothing
+calls it. So nobody ever sees a slot that is behind, and no value can be
+shared with the held list: donating it again needs no count.
 
 Example:
   >>> import brainshard as bs, jax.numpy as jnp
@@ -35,6 +36,7 @@ Example:
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Sequence
 
 from brainshard._core.donation import LENDS
@@ -49,10 +51,14 @@ class Held:
   clock of lends at its last write-back (fastcall.py)."""
   __slots__ = ("states", "values", "noted")
 
-  def __init__(self, states: Sequence[Any], noted: list):
+  def __init__(self, states: Sequence[Any], noted: list, program: Any):
     self.states = tuple(states)
     self.values: Any = None
     self.noted = noted
+    # A program dropped while it holds writes back when Python collects it
+    # (its call would have): else WINDOW.held would keep its States and
+    # their arrays alive until some other State is touched.
+    weakref.finalize(program, _written_back_if_held, self).atexit = False
 
   def write_back(self) -> None:
     """The values into the slots, as the program's own write-back does:
@@ -71,6 +77,11 @@ def flush() -> None:
     held.write_back()  # (if this failed, the values stay held)
     WINDOW.held = None
     held.values = None
+
+
+def _written_back_if_held(held: Held) -> None:
+  if WINDOW.held is held:  # (a program not holding has nothing to write)
+    flush_unheld()
 
 
 def flush_unheld() -> None:
