@@ -277,3 +277,22 @@ def test_a_dropped_program_writes_back_and_lets_go():
   del states, step
   gc.collect()
   assert WINDOW.held is None and freed() is None
+
+
+def test_a_program_collected_on_another_thread_keeps_the_owner_lock_free():
+  """Python may collect a dropped holding program on any thread (Jupyter's
+  own threads allocate too). There the results stay held, rather than end
+  the owner's lock-free mode for good; the next access writes them back."""
+  import gc
+  import threading
+  states, step = make()
+  for _ in range(3):
+    step()
+  assert holding(states) and WINDOW.lockfree
+  del step
+  collector = threading.Thread(target=gc.collect)
+  collector.start()
+  collector.join()
+  assert WINDOW.lockfree and holding(states)
+  np.testing.assert_array_equal(values(states), 3.0)
+  assert WINDOW.held is None

@@ -13,8 +13,8 @@ States' slots meanwhile hold the donated arrays of the call before.
 One program holds at a time (``WINDOW.held``). Anything else that touches a
 State first writes the held values back (:func:`flush`): a ``state.value``
 read or write, any other program's call, a trace, a copy, a pickle, a
-checkpoint, ``repr``; so does the program's collection, once nothing
-calls it. So nobody ever sees a slot that is behind, and no value can be
+checkpoint, ``repr``; so does the program's collection on the owner's
+thread, once nothing calls it. So nobody ever sees a slot that is behind, and no value can be
 shared with the held list: donating it again needs no count.
 
 Example:
@@ -40,7 +40,8 @@ import weakref
 from typing import Any, Sequence
 
 from brainshard._core.donation import LENDS
-from brainshard._core.threads import WINDOW, hold_slots, let_go_slots
+from brainshard._core.threads import (
+    WINDOW, hold_slots, let_go_slots, thread_frames)
 
 __all__ = ["Held", "flush", "flush_unheld", "WINDOW"]
 
@@ -80,7 +81,11 @@ def flush() -> None:
 
 
 def _written_back_if_held(held: Held) -> None:
-  if WINDOW.held is held:  # (a program not holding has nothing to write)
+  # (A program not holding has nothing to write.) Python collects on
+  # whichever thread allocates (in Jupyter, often the kernel's own): there,
+  # taking the slots would end the owner's lock-free mode for good, so the
+  # values stay held until the next access, as they would without this.
+  if WINDOW.held is held and (thread_frames.owner or not WINDOW.lockfree):
     flush_unheld()
 
 
