@@ -296,3 +296,24 @@ def test_a_program_collected_on_another_thread_keeps_the_owner_lock_free():
   assert WINDOW.lockfree and holding(states)
   np.testing.assert_array_equal(values(states), 3.0)
   assert WINDOW.held is None
+
+
+def test_a_write_back_inside_a_write_back_writes_once(monkeypatch):
+  """From Python 3.12 a collection runs at any call's start, so a dropped
+  program's write-back (above) can run inside another write-back of the
+  same results, right as it begins: the outer one then has nothing left
+  to write, and no State is left behind."""
+  from brainshard._core import held
+  states, step = make()
+  for _ in range(3):
+    step()
+  write_back = held.Held.write_back
+
+  def collected_first(self):
+    monkeypatch.setattr(held.Held, "write_back", write_back)
+    held.flush()  # what the finalizer does, as the outer one starts
+    write_back(self)
+  monkeypatch.setattr(held.Held, "write_back", collected_first)
+  np.testing.assert_array_equal(states[7].value, 3.0)
+  assert WINDOW.held is None
+  np.testing.assert_array_equal(values(states), 3.0)

@@ -64,7 +64,10 @@ class Held:
   def write_back(self) -> None:
     """The values into the slots, as the program's own write-back does:
     this program's outputs, referenced by nothing else (unmarked)."""
-    for state, value in zip(self.states, self.values, strict=True):
+    values = self.values
+    if values is None:  # written back already: a collection ran the
+      return            # program's own (see Held) as this one began
+    for state, value in zip(self.states, values, strict=True):
       state._value = value
       state._sig = None
     self.noted[0] = LENDS.now  # no lend since: the next call tests nothing
