@@ -21,21 +21,19 @@ from __future__ import annotations
 
 import itertools
 import statistics
-import time
 from typing import Callable
 
 import jax.numpy as jnp
 
 import brainshard as bs
 from benchmarks import _models as M
+from benchmarks._harness import Case, _batch
 from brainshard._core import fastcall, held
 
 
 def _batch_ns(fun: Callable[[], object], calls: int) -> float:
-  t0 = time.perf_counter()
-  for _ in range(calls):
-    fun()
-  return (time.perf_counter() - t0) / calls * 1e9
+  """ns per call of one batch, timed as the suite times its cases."""
+  return _batch(Case(fun), calls) / calls * 1e9
 
 
 def python_cost(n: int, calls: int = 20_000, batches: int = 15) -> dict:

@@ -14,8 +14,9 @@ One program holds at a time (``WINDOW.held``). Anything else that touches a
 State first writes the held values back (:func:`flush`): a ``state.value``
 read or write, any other program's call, a trace, a copy, a pickle, a
 checkpoint, ``repr``; so does the program's collection on the owner's
-thread, once nothing calls it. So nobody ever sees a slot that is behind, and no value can be
-shared with the held list: donating it again needs no count.
+thread, once nothing calls it. So nobody ever sees a slot that is behind,
+and no value can be shared with the held list: donating it again needs no
+count.
 
 Example:
   >>> import brainshard as bs, jax.numpy as jnp
