@@ -136,7 +136,7 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
           f"  return {generic}"]
   # Many States read and written, all donated as one list: the program
   # holds its results (held.py) and passes them back in as they came out.
-  # (Fewer, packed so, gain nothing: ANALYSIS.md, eighth and ninth passes.)
+  # (Fewer gain nothing in the loop: ANALYSIS.md, eighth to tenth passes.)
   holds = (direct and program.packed and program.donates_all and
            program.cand == program.writes)
   rest_arg = [f"[{', '.join(rest)}]"] if program.has_rest else []
