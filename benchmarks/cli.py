@@ -49,6 +49,9 @@ COMMANDS = {
                        "calls take on this platform (a diagnostic)"),
     "python-cost": ("benchmarks._python_cost", "a bs.jit call's own Python "
                     "per call, JAX stood in for (ANALYSIS.md)"),
+    "instructions": ("benchmarks._instructions", "machine instructions per "
+                     "dispatch call, bs.jit against pure JAX, counted by "
+                     "valgrind (ANALYSIS.md)"),
 }
 DEFAULT = "suite"
 

@@ -3,6 +3,7 @@ benchmarks/results/ and regenerates the committed docs only with --docs.
 A fake one-row workload stands in for the real (minutes-long) ones."""
 
 import os
+import shutil
 
 import pytest
 
@@ -238,3 +239,17 @@ def test_python_cost_times_the_generated_call_without_jax(n):
   r = _python_cost.python_cost(n, calls=50, batches=2)
   assert set(r) == {"pure", "entry", "object"} and r["pure"] > 0
   assert held.WINDOW.held is None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("valgrind") is None,
+                    reason="`instructions` counts with valgrind")
+def test_instructions_counts_one_call_of_each_case():
+  """`python -m benchmarks instructions`: a per-call count for every case
+  (the setup and the loop's own cost not counted), and bs.jit's call a few
+  percent over the pure one's: JAX's dispatch is most of both."""
+  from benchmarks import _instructions
+  r = _instructions.per_call([3], calls=100)
+  assert set(r) == {(c, 3) for c in _instructions.CASES}
+  assert 1.0 < r[("bs", 3)]["Ir"] / r[("pure", 3)]["Ir"] < 1.2
+  assert "| 3 | brainshard |" in "\n".join(_instructions.table(r, [3]))

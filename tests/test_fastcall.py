@@ -366,7 +366,8 @@ def test_a_placed_step_without_parameters():
   np.testing.assert_allclose(w.value, want)
 
 
-@pytest.mark.parametrize("n", [1, _program.PACK_FROM + 2])  # packed, holding
+@pytest.mark.parametrize(  # the usual call without and with the clock;
+    "n", [1, _fastcall.CLOCK_FROM + 6, _program.PACK_FROM + 2])  # holding
 def test_what_a_step_returns_comes_back_as_it_was(n):
   """A step returning None gets its written values back as a bare list from
   the program (program.results); any other return value, a list included,
@@ -391,3 +392,37 @@ def test_what_a_step_returns_comes_back_as_it_was(n):
         assert isinstance(out, tuple) and out[0] is None
         np.testing.assert_array_equal(out[1], states[0].value - 2 + i)
   np.testing.assert_array_equal(states[-1].value, 9.0)
+
+
+@pytest.mark.parametrize("n", [1, _fastcall.CLOCK_FROM + 6])
+def test_a_call_from_a_host_callback_inside_a_call(n):
+  """A host callback that runs another ``bs.jit`` step while the outer
+  step's program runs: both write their States, the owner's window is
+  closed again after both (the inner call nests in the outer's window)
+  and no lock was taken or left taken."""
+  from jax.experimental import io_callback
+  from brainshard._core import threads as _threads
+  outer_states = [bs.State(jnp.zeros(2)) for _ in range(n)]
+  inner_state = bs.State(jnp.zeros(2))
+
+  @bs.jit
+  def inner():
+    inner_state.value = inner_state.value + 1.0
+
+  def host(x):
+    inner()
+    assert _threads.WINDOW.busy  # still inside the outer call's window
+    return np.asarray(x)
+
+  @bs.jit
+  def outer():
+    for s in outer_states:
+      s.value = io_callback(host, jax.ShapeDtypeStruct((2,), jnp.float32),
+                            s.value + 1.0, ordered=True)
+
+  for _ in range(3):
+    outer()
+  np.testing.assert_array_equal(outer_states[-1].value, [3.0, 3.0])
+  np.testing.assert_array_equal(inner_state.value, [3.0 * n] * 2)
+  assert _threads.WINDOW.busy == 0 and _threads.WINDOW.lockfree
+  assert not _threads.SLOT_LOCK._is_owned()
