@@ -114,10 +114,10 @@ def _summary(path: str) -> dict:
 
 
 def per_call(sizes: list[int], calls: int, caches: bool = False,
-             workers: int = 2) -> dict:
-  """``{(case, n): {event: per call}}`` for every case and size, each
+             workers: int = 2, cases: tuple[str, ...] = tuple(CASES)) -> dict:
+  """``{(case, n): {event: per call}}`` for the cases at every size, each
   less the empty loop's count (two valgrind children at a time)."""
-  jobs = [("empty", 1)] + [(c, n) for n in sizes for c in CASES]
+  jobs = [("empty", 1)] + [(c, n) for n in sizes for c in cases]
   with concurrent.futures.ThreadPoolExecutor(workers) as pool:
     futures = {job: pool.submit(count, *job, calls, caches) for job in jobs}
     got = {job: f.result() for job, f in futures.items()}

@@ -245,11 +245,11 @@ def test_python_cost_times_the_generated_call_without_jax(n):
 @pytest.mark.skipif(shutil.which("valgrind") is None,
                     reason="`instructions` counts with valgrind")
 def test_instructions_counts_one_call_of_each_case():
-  """`python -m benchmarks instructions`: a per-call count for every case
+  """`python -m benchmarks instructions`: a per-call count for each case
   (the setup and the loop's own cost not counted), and bs.jit's call a few
-  percent over the pure one's: JAX's dispatch is most of both."""
+  percent over the pure one's: JAX's dispatch is most of both. (Two cases
+  only: each valgrind child costs ~30 s of startup.)"""
   from benchmarks import _instructions
-  r = _instructions.per_call([3], calls=100)
-  assert set(r) == {(c, 3) for c in _instructions.CASES}
+  r = _instructions.per_call([3], calls=50, cases=("pure", "bs"))
+  assert set(r) == {("pure", 3), ("bs", 3)}
   assert 1.0 < r[("bs", 3)]["Ir"] / r[("pure", 3)]["Ir"] < 1.2
-  assert "| 3 | brainshard |" in "\n".join(_instructions.table(r, [3]))
