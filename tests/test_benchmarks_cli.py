@@ -244,6 +244,9 @@ def test_python_cost_times_the_generated_call_without_jax(n):
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("valgrind") is None,
                     reason="`instructions` counts with valgrind")
+@pytest.mark.skipif(not os.environ.get("BRAINSHARD_VALGRIND"), reason=(
+    "opt-in: BRAINSHARD_VALGRIND=1 (its valgrind children take 75-135 s of "
+    "both cores, a quarter of the suite's time)"))
 def test_instructions_counts_one_call_of_each_case():
   """`python -m benchmarks instructions`: a per-call count for each case
   (the setup and the loop's own cost not counted), and bs.jit's call a few
