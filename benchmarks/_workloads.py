@@ -103,15 +103,7 @@ def dispatch_cases(n: int):
   # State once more (donation.LENDS).
   never_states, never_step = M.dispatch_step(n)
   never = bs.jit(never_step, donate_states=False)
-
-  # Own states: the reference it keeps must not reach the other cases.
-  kept_states, kept_step = M.dispatch_step(n)
-  kept = bs.jit(kept_step)
-  box = [None]
-
-  def keep_one():  # the notebook pattern: read one state's value after a step
-    kept()
-    box[0] = kept_states[0].value
+  kept = kept_case(n)  # own states: its reference must not reach the others
 
   return {"jax.jit": Case(*M.dispatch_pure(n, donate=False)),
           PURE_DISPATCH: Case(*M.dispatch_pure(n)),
@@ -119,7 +111,19 @@ def dispatch_cases(n: int):
           BS: Case(auto, sync),
           f"{BS} (donate_states=False)": Case(
               never, lambda: never_states[0].value),
-          BS_KEPT: Case(keep_one, lambda: kept_states[0].value)}
+          BS_KEPT: kept}
+
+
+def kept_case(n: int) -> Case:
+  """``bs.jit`` of an N-State step in the notebook pattern: one State's
+  value read (and kept) after each step."""
+  states, step = M.dispatch_step(n)
+  kept, box = bs.jit(step), [None]
+
+  def keep_one():
+    kept()
+    box[0] = states[0].value
+  return Case(keep_one, lambda: states[0].value)
 
 
 PURE_DISPATCH = "jax.jit(donate_argnums)"

@@ -172,9 +172,7 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
               "  " + _call(["cl" if program.packed else "*cl"] +
                            (["rl"] if program.has_rest else []),
                            "*_a", "**_k")]
-  lines += ["except TypeError:",
-            "  _on_type_error()",
-            "  raise"] + _SPLIT
+  lines += _ON_TYPE_ERROR + _SPLIT
   targets = ", ".join(f"W{i}._value" for i in range(len(program.writes)))
   reset = " = ".join(f"W{i}._sig" for i in range(len(program.writes)))
   if program.writes:
@@ -186,10 +184,8 @@ def _body(program: Any, ns: dict, takes_args: bool) -> list[str]:
     if holds:  # all donated: keep the results (held.py)
       lines += ["if _j is _jitted:"] + ["  " + line for line in _HOLD]
     lines += [f"{targets}, = new"]
-    if not clock:
-      lines += [f"{reset} = None"]
-    else:
-      lines += _noting_reset(program, ns, counts, reset)
+    lines += (_noting_reset(program, ns, reset) if clock and counts
+              else _marks_reset(reset, clock))
   lines += ["return out"]
   # The owner's window saves the count and sets it, and restores it after
   # (calls nest: a host callback's call), instead of adding and taking
@@ -229,18 +225,11 @@ def _usual_call(cand: list[str], values: list[str], takes_args: bool,
   if counts:  # nothing lent: every candidate's value is this program's own
     fresh.insert(0, "_L.now is _noted[0]" if clock else " and ".join(
         f"C{i}._sig is None" for i in range(len(cand))))
-  tail = []
-  if targets:  # the written values into the slots, their marks reset
-    tail = [f"{targets}, = new"] + (
-        ["if _L.now is not _noted[0]:",  # lent during the call
-         f"  {reset} = None",
-         "  _noted[0] = _L.now"] if clock else [f"{reset} = None"])
+  tail = [f"{targets}, = new"] + _marks_reset(reset, clock) if targets else []
   body = (["try:"] + ["  " + line for line in _calls(values, takes_args,
                                                       fn="_jitted")] +
-          ["except TypeError:",
-           "  _on_type_error()",
-           "  raise",
-           "if new.__class__ is _list:"] +  # results(): written values alone
+          _ON_TYPE_ERROR +
+          ["if new.__class__ is _list:"] +  # results(): written values alone
           ["  " + line for line in tail] +
           ["  return None",
            "out, new = new"] + tail + ["return out"])
@@ -248,6 +237,13 @@ def _usual_call(cand: list[str], values: list[str], takes_args: bool,
            "    try:"] + ["      " + line for line in body] +
           ["    finally:",
            "      _w.busy = _b"])
+
+
+# A TypeError from the program's call: the State's own error, if a State's
+# value is what JAX refused (program.on_type_error), else JAX's.
+_ON_TYPE_ERROR = ["except TypeError:",
+                  "  _on_type_error()",
+                  "  raise"]
 
 
 # The program's results (program.results): the written values alone, as a
@@ -299,30 +295,36 @@ def _held_call(takes_args: bool, rest_arg: list[str]) -> list[str]:
            "  try:"] +
           ["    " + line for line in _calls(["_mine.values"] + rest_arg,
                                             takes_args)] +
-          ["  except TypeError:",
-           "    _on_type_error()",
-           "    raise"] + ["  " + line for line in _SPLIT + _HOLD] +
+          ["  " + line for line in _ON_TYPE_ERROR + _SPLIT + _HOLD] +
           ["if _h is not None:",
            "  _flush()"])
 
 
-def _noting_reset(program: Any, ns: dict, counts: bool,
-                  reset: str) -> list[str]:
-  """The marks reset and the clock noted, where it moved since the last
-  write-back: after one lend before this call and none during it, only
-  that State's mark."""
-  lines = ["_n = _L.now", "if _n is not _noted[0]:"]
-  if counts:  # (_lent_tests found the one lend)
-    ns["_write_at"] = {s._order: s for s in program.writes}
-    lines += ["  if _one is not None and _n is _n0:",
-              "    _s = _write_at.get(_one)",
-              "    if _s is not None:",
-              "      _s._sig = None",
-              "  else:",
-              f"    {reset} = None"]
-  else:
-    lines += [f"  {reset} = None"]
-  return lines + ["  _noted[0] = _n"]
+def _marks_reset(reset: str, clock: bool) -> list[str]:
+  """The written States' marks reset: without the clock, every one; with
+  it, only where it moved since the last write-back (a lend before or
+  during this call), and the clock noted."""
+  if not clock:
+    return [f"{reset} = None"]
+  return ["if _L.now is not _noted[0]:",
+          f"  {reset} = None",
+          "  _noted[0] = _L.now"]
+
+
+def _noting_reset(program: Any, ns: dict, reset: str) -> list[str]:
+  """:func:`_marks_reset` with the clock where the candidates were tested
+  before the call (_lent_tests): after one lend before this call and none
+  during it, only that State's mark."""
+  ns["_write_at"] = {s._order: s for s in program.writes}
+  return ["_n = _L.now",
+          "if _n is not _noted[0]:",
+          "  if _one is not None and _n is _n0:",
+          "    _s = _write_at.get(_one)",
+          "    if _s is not None:",
+          "      _s._sig = None",
+          "  else:",
+          f"    {reset} = None",
+          "  _noted[0] = _n"]
 
 
 def _lent_tests(program: Any, ns: dict, cand: list[str],
