@@ -206,7 +206,7 @@ ARCH = (PKG / "ARCHITECTURE.md").read_text()
 
 
 def _listed_modules() -> set[str]:
-  return set(re.findall(r"`((?:_\w+/)?\w+\.py)`", ARCH))
+  return set(re.findall(r"`((?:_\w+/(?:\w+/)*)?\w+\.py)`", ARCH))
 
 
 def test_every_module_is_listed_in_architecture_md():

@@ -1,0 +1,156 @@
+"""What a neuron model is: NEST's parameters and state, and one pure step.
+
+A :class:`NeuronModel` holds no arrays and no States. It names its NEST
+model, its parameters (NEST's names, defaults and units: ms, mV, pA, pF,
+nS), its state variables and their initial values, and its receptors; it
+computes its per-step constants on the host in float64 (NEST's exact
+propagators) and advances every neuron of a shard by one step as a pure
+function. A network keeps the state in States, one per variable, sharded
+over its neurons, and calls :meth:`NeuronModel.update` inside its
+``bs.shard_map``.
+
+One step follows NEST's ``update`` for one ``lag``:
+
+* ``inputs [R, n]``: what the spike ring buffers hold for this step, one
+  row per receptor, exactly as NEST's buffers hold it (weights summed, in
+  the model's unit: pA for ``psc`` models, mV for ``iaf_psc_delta``, nS for
+  ``cond`` models). Where NEST sends a spike to the excitatory or the
+  inhibitory buffer by the sign of its weight (``sign_routed``), row 0 is
+  the sum of the positive weights and row 1 the sum of the negative ones,
+  still negative.
+* ``currents [n]``: the current (pA) that current devices
+  (``dc_generator``, ``noise_generator``, ...) deliver in this step, as
+  NEST's ``B_.currents_`` (a model that applies it one step later, as the
+  ``iaf_psc`` models do, keeps it in its state).
+* the result: the new state and the spikes ``bool [n]`` emitted in this
+  step (NEST stamps them with the step's end, ``(step + 1) * dt``).
+
+Example:
+  >>> import numpy as np
+  >>> from brainshard._models.neurons.base import NeuronModel
+  >>> class Leaky(NeuronModel):
+  ...   nest_name = 'leaky'
+  ...   defaults = {'tau_m': 10.0, 'V_th': 1.0}
+  ...   initial = {'V_m': 0.0}
+  ...   def constants(self, p, dt):
+  ...     return {'decay': np.exp(-dt / p['tau_m']), 'V_th': p['V_th']}
+  ...   def update(self, c, state, inputs, currents):
+  ...     v = state['V_m'] * c['decay'] + inputs[0]
+  ...     spikes = v >= c['V_th']
+  ...     return {'V_m': np.where(spikes, 0.0, v)}, spikes
+  >>> model = Leaky(tau_m=20.0)
+  >>> model.params['tau_m'], model.receptors
+  (20.0, ('ex',))
+  >>> state = model.init_state(3)
+  >>> c = model.constants(model.params, 0.1)
+  >>> state, spikes = model.update(c, state, np.array([[0.5, 1.5, 0.0]]),
+  ...                              np.zeros(3))
+  >>> spikes.tolist()
+  [False, True, False]
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar, Mapping
+
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["NeuronModel"]
+
+
+class NeuronModel:
+  """A NEST neuron model: parameters, state, receptors, one pure step.
+
+  Subclasses set the class attributes and implement :meth:`constants` and
+  :meth:`update`; ``Model(**params)`` overrides NEST's defaults (a number,
+  or one value per neuron as a 1-D sequence).
+
+  Class attributes:
+    nest_name: NEST's model name (``'iaf_psc_exp'``).
+    defaults: parameters (NEST's names and units) and their NEST defaults.
+    initial: state variables and NEST's initial values; a string value
+      names a parameter whose value it takes (``{'V_m': 'E_L'}``).
+    receptors: what each row of ``inputs`` is (``('ex', 'in')``).
+    sign_routed: whether NEST picks the receptor by the weight's sign.
+    recordables: what a ``multimeter`` may record (default: the state's
+      float variables).
+  """
+
+  nest_name: ClassVar[str] = ""
+  defaults: ClassVar[Mapping[str, float]] = {}
+  initial: ClassVar[Mapping[str, float | str]] = {}
+  receptors: ClassVar[tuple[str, ...]] = ("ex",)
+  sign_routed: ClassVar[bool] = False
+  recordables: ClassVar[tuple[str, ...] | None] = None
+  # State variables that count steps (refractory counters): int32.
+  counters: ClassVar[tuple[str, ...]] = ()
+
+  def __init__(self, **params: Any):
+    unknown = sorted(set(params) - set(self.defaults))
+    if unknown:
+      raise ValueError(
+          f"{self.nest_name}: unknown parameter(s) {unknown}; its parameters "
+          f"are {sorted(self.defaults)} (NEST's names).")
+    merged: dict[str, Any] = dict(self.defaults)
+    for name, value in params.items():
+      merged[name] = _checked(value, f"{self.nest_name}: {name}")
+    self.params: dict[str, Any] = merged
+
+  def __repr__(self) -> str:
+    changed = {k: v for k, v in self.params.items()
+               if np.ndim(v) or v != self.defaults[k]}
+    inner = ", ".join(f"{k}={v!r:.20}" for k, v in changed.items())
+    return f"{type(self).__name__}({inner})"
+
+  @property
+  def n_receptors(self) -> int:
+    return len(self.receptors)
+
+  def recordable(self) -> tuple[str, ...]:
+    """What a multimeter may record of this model."""
+    if self.recordables is not None:
+      return self.recordables
+    return tuple(k for k in self.initial if k not in self.counters)
+
+  def init_state(self, n: int, dtype: Any = jnp.float32,
+                 params: Mapping[str, Any] | None = None) -> dict:
+    """NEST's initial state for ``n`` neurons as NumPy arrays (floats in
+    ``dtype``, counters int32); ``params`` defaults to :attr:`params`."""
+    p = self.params if params is None else params
+    out = {}
+    for name, value in self.initial.items():
+      value = p[value] if isinstance(value, str) else value
+      kind = np.int32 if name in self.counters else np.dtype(dtype)
+      out[name] = np.broadcast_to(np.asarray(value, kind), (n,)).copy()
+    return out
+
+  def constants(self, params: Mapping[str, Any], dt: float) -> dict:
+    """Per-step constants (propagators, thresholds, step counts) from the
+    parameters, on the host in float64; a value may be one per neuron."""
+    raise NotImplementedError
+
+  def update(self, c: Mapping[str, Any], state: Mapping[str, Any],
+             inputs: Any, currents: Any) -> tuple[dict, Any]:
+    """One step: ``(new state, spikes bool [n])`` (see the module doc)."""
+    raise NotImplementedError
+
+
+def _checked(value: Any, what: str) -> Any:
+  """A parameter value: a finite number (NumPy scalars too) or a 1-D
+  sequence of them, one per neuron."""
+  if isinstance(value, bool):
+    raise TypeError(f"{what} must be a number, got {value!r}.")
+  if isinstance(value, (int, float, np.integer, np.floating)):
+    if not math.isfinite(float(value)):
+      raise ValueError(f"{what} must be finite, got {value}.")
+    return float(value)
+  arr = np.asarray(value)
+  if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.number):
+    raise TypeError(f"{what} must be a number or one number per neuron "
+                    f"(1-D), got {type(value).__name__} of shape "
+                    f"{np.shape(value)}.")
+  if not np.isfinite(arr).all():
+    raise ValueError(f"{what} must be finite, got a non-finite entry.")
+  return arr.astype(np.float64)
