@@ -19,7 +19,8 @@ import jax
 
 import brainshard as bs
 from benchmarks import _models as M
-from brainshard._core import donation, fastcall, program as _program, threads
+from brainshard._core import threads
+from brainshard._core.program import donation, fastcall, program as _program
 
 
 def probe(n: int, calls: int = 200, keep: bool = False) -> dict:

@@ -50,9 +50,9 @@ import numpy as np
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec as P, SingleDeviceSharding
 
-from brainshard._simulation import spikes as spk
-from brainshard._simulation.chunked import chunk_lengths
-from brainshard._simulation.random_blocks import block_key
+from brainshard._simulation.monitors import spikes as spk
+from brainshard._simulation.runner.chunked import chunk_lengths
+from brainshard._simulation.random.blocks import block_key
 
 __all__ = ["network", "plain", "make_step", "chunk_program", "twin_run"]
 

@@ -1,6 +1,6 @@
 """What a ``bs.jit`` call's own Python costs, apart from JAX's.
 
-The generated call (``brainshard/_core/fastcall.py``) of a step over N small
+The generated call (``brainshard/_core/program/fastcall.py``) of a step over N small
 States is made again with the compiled program replaced by a Python stand-in
 that returns the same list, and timed against the pure loop's line
 (``box[0] = f(box[0])``) calling the same stand-in: what is left is
@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import brainshard as bs
 from benchmarks import _models as M
 from benchmarks._harness import Case, _batch
-from brainshard._core import fastcall, held
+from brainshard._core.program import fastcall, held
 
 
 def _batch_ns(fun: Callable[[], object], calls: int) -> float:

@@ -5,22 +5,22 @@ import os as _os
 from brainshard._core import compat as _compat
 from brainshard._core.caches import clear_caches
 from brainshard._core.errors import StateTraceError
-from brainshard._core.state import (
+from brainshard._core.state.state import (
     LongTermState, ParamState, ShortTermState, State)
-from brainshard._core.state_dict import StateDictManager
+from brainshard._core.state.dict_manager import StateDictManager
 from brainshard._core.stateful_function import StatefulFunction
 from brainshard._transforms.jit import jit
-from brainshard._transforms.shard_map import shard_map
+from brainshard._transforms.shard_map.shard_map import shard_map
 from brainshard._transforms.progress import ProgressBar
 from brainshard._transforms.loops import for_loop, scan, while_loop
 from brainshard._transforms.cond import cond, switch
 from brainshard._transforms.cond import ifelse
 from brainshard._transforms.loops import bounded_while_loop
-from brainshard._transforms.vmap import vmap
-from brainshard._transforms.autodiff import (
+from brainshard._transforms.vmap.vmap import vmap
+from brainshard._transforms.autodiff.autodiff import (
     grad, hessian, jacfwd, jacrev, jvp, value_and_grad, vjp)
 from brainshard._transforms.remat import remat
-from brainshard._simulation.random import RandomState
+from brainshard._simulation.random.state import RandomState
 from brainshard import random
 from brainshard._core.axes import axis_rules, current_axis_rules
 from brainshard._scaleout.place import ShardedInit, place, resolve_spec, sharded_init
@@ -28,11 +28,11 @@ from brainshard._scaleout.describe import StateInfo, StateTable, describe, visua
 from brainshard._scaleout.task import (
     Task, check_disjoint, run_tasks, split_mesh, task)
 from brainshard._scaleout.multihost import gather, init_distributed
-from brainshard._scaleout.checkpoint import restore_states, save_states
-from brainshard._simulation.chunked import Chunk, ChunkedLoop
-from brainshard._simulation.monitors import RateMonitor, SpikeMonitor, StateMonitor
-from brainshard._simulation.records import RateData, Result, SpikeData, TraceData
-from brainshard._simulation.runner import Runner
+from brainshard._scaleout.checkpoint.checkpoint import restore_states, save_states
+from brainshard._simulation.runner.chunked import Chunk, ChunkedLoop
+from brainshard._simulation.monitors.monitors import RateMonitor, SpikeMonitor, StateMonitor
+from brainshard._simulation.monitors.records import RateData, Result, SpikeData, TraceData
+from brainshard._simulation.runner.runner import Runner
 from brainshard import models  # the models layer: above everything else
 
 __version__ = "0.1.0"

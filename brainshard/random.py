@@ -38,20 +38,20 @@ Example:
   ()
 """
 
-from brainshard._simulation.random import (
+from brainshard._simulation.random.state import (
     DEFAULT_SEED, RandomState, default_state, seed, split_key)
-from brainshard._simulation.random_draw import (
+from brainshard._simulation.random.draw import (
     bernoulli, normal, poisson, randint, uniform)
-from brainshard._simulation.random_samplers import (
+from brainshard._simulation.random.samplers import (
     beta, chisquare, dirichlet, exponential, gamma, gumbel, laplace,
     logistic, lognormal, multivariate_normal, pareto, standard_cauchy,
     standard_exponential, standard_gamma, standard_normal, standard_t,
     truncated_normal, weibull)
-from brainshard._simulation.random_discrete import (
+from brainshard._simulation.random.discrete import (
     binomial, categorical, choice, geometric, hypergeometric, multinomial,
     negative_binomial, permutation, rand, rand_like, randint_like, randn,
     randn_like, random, random_sample, shuffle)
-from brainshard._simulation.random_extra_api import (
+from brainshard._simulation.random.extra_api import (
     f, loggamma, logseries, maxwell, noncentral_chisquare, noncentral_f,
     orthogonal, power, random_integers, ranf, rayleigh, sample, t,
     triangular, vonmises, wald, weibull_min, zipf)

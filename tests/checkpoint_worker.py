@@ -112,7 +112,7 @@ def slow_save(ckpt, where):
   import jax
   import jax.numpy as jnp
   import brainshard as bs
-  from brainshard._scaleout import checkpoint_store as store
+  from brainshard._scaleout.checkpoint import store
   x = bs.State(jnp.full((256, 1024), 2.0), "x")  # 1 MiB
   def stop(*args, **kwargs):
     print("READY", flush=True)

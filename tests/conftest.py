@@ -8,7 +8,7 @@ import pytest
 from jax.sharding import AxisType
 
 import brainshard as bs
-from brainshard._core.state import UNSET, live_states
+from brainshard._core.state.state import UNSET, live_states
 
 assert jax.device_count() == 8, "tests need 8 (faked) CPU devices"
 

@@ -234,7 +234,7 @@ def test_python_cost_times_the_generated_call_without_jax(n):
   call (positional, and holding its results) reached the stand-in, never
   JAX (it raises otherwise), and nothing is left held afterwards."""
   from benchmarks import _python_cost
-  from brainshard._core import held, program
+  from brainshard._core.program import held, program
   n = program.PACK_FROM if n == "PACK_FROM" else n
   r = _python_cost.python_cost(n, calls=50, batches=2)
   assert set(r) == {"pure", "entry", "object"} and r["pure"] > 0

@@ -147,7 +147,7 @@ def test_clear_caches_empties_every_cache():
 
 
 def test_clear_caches_forgets_spike_compactors():
-  from brainshard._simulation import spikes
+  from brainshard._simulation.monitors import spikes
   buf = jnp.asarray(np.arange(8, dtype=np.uint32).reshape(2, 4))
   before = spikes.compact(buf, 8)
   first = spikes._compactor(None, None, 8)

@@ -17,7 +17,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import brainshard as bs
-from brainshard._scaleout import checkpoint_store as store
+from brainshard._scaleout.checkpoint import store
 from _util import mesh as cached_mesh
 
 import checkpoint_worker as worker
@@ -453,7 +453,7 @@ def test_unwaited_failed_async_save_is_reported_at_exit(tmp_path):
   # previous checkpoint stays current.
   script = (
       "import sys, jax.numpy as jnp, brainshard as bs\n"
-      "from brainshard._scaleout import checkpoint_store as store\n"
+      "from brainshard._scaleout.checkpoint import store\n"
       "x = bs.State(jnp.arange(5.0), 'x')\n"
       "bs.save_states(sys.argv[1], [x])\n"
       "def disk_full(*args, **kwargs):\n"

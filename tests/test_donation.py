@@ -16,8 +16,8 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import brainshard as bs
-from brainshard._core import donation as _donation, fastcall
-from brainshard._core import program as _program
+from brainshard._core.program import donation as _donation, fastcall
+from brainshard._core.program import program as _program
 
 from conftest import make_mesh
 
@@ -187,7 +187,7 @@ def test_namedtuple_state_donated_only_when_every_node_is_sole():
 def test_kept_reference_stays_on_the_generated_fast_path(monkeypatch, layout):
   # The notebook pattern (read one state's value after each step) selects a
   # non-donating variant for that state inline; the generic path is unused.
-  from brainshard._core import program as _program
+  from brainshard._core.program import program as _program
   generic = []
   original = _program.Program.call
   monkeypatch.setattr(_program.Program, "call",
@@ -320,7 +320,7 @@ def test_every_way_a_value_may_be_shared_brings_the_count_back(
   """A steady loop counts nothing; each way a value can get a second
   owner makes the next call count that State (and only that call)."""
   import copy
-  from brainshard._core.state import store
+  from brainshard._core.state.state import store
   states, step, counted = _steady_loop(monkeypatch)
   step()
   assert counted == []

@@ -1,4 +1,4 @@
-"""The generated per-plan call path (brainshard/_core/fastcall.py) keeps every
+"""The generated per-plan call path (brainshard/_core/program/fastcall.py) keeps every
 behaviour of the generic one: pytree states and keyword arguments, many
 states, plan growth, errors, the function's signature, and no re-tracing.
 Placement through the generated call is in test_placement.py."""
@@ -13,7 +13,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import brainshard as bs
-from brainshard._core import fastcall as _fastcall, program as _program
+from brainshard._core.program import fastcall as _fastcall, program as _program
 
 from _util import step_while_a_thread_reads
 from conftest import make_mesh

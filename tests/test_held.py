@@ -1,4 +1,4 @@
-"""A program over many States holds its results between calls (_core/held.py).
+"""A program over many States holds its results between calls (_core/program/held.py).
 
 Every test drives a program of ``PACK_FROM`` or more States, checks it
 really holds (its States' slots are behind), touches the States some other
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import brainshard as bs
-from brainshard._core import program
+from brainshard._core.program import program
 from brainshard._core.threads import WINDOW
 
 from _util import count_compiles, step_while_a_thread_reads
@@ -303,7 +303,7 @@ def test_a_write_back_inside_a_write_back_writes_once(monkeypatch):
   program's write-back (above) can run inside another write-back of the
   same results, right as it begins: the outer one then has nothing left
   to write, and no State is left behind."""
-  from brainshard._core import held
+  from brainshard._core.program import held
   states, step = make()
   for _ in range(3):
     step()

@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 
 import brainshard as bs
-from brainshard._core import fastcall, interrupts
-from brainshard._core import state as state_module
+from brainshard._core import interrupts
+from brainshard._core.program import fastcall
+from brainshard._core.state import state as state_module
 from brainshard._core.threads import SLOT_LOCK, WINDOW
 
 TRIALS = 12

@@ -8,8 +8,8 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import brainshard as bs
-from brainshard._simulation import spikes as _spikes
-from brainshard._simulation.records import Store
+from brainshard._simulation.monitors import spikes as _spikes
+from brainshard._simulation.monitors.records import Store
 
 
 def _random_net(n=40, seed=0):

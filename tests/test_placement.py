@@ -1,4 +1,4 @@
-"""Placing eager shard_map inputs on the mesh (brainshard/_core/placement.py):
+"""Placing eager shard_map inputs on the mesh (brainshard/_core/program/placement.py):
 inputs already placed right (states written by the previous call included)
 are passed as they are, without a copy or a compile; numpy, uncommitted and
 wrongly sharded inputs are moved to the sharding the program expects; a
@@ -13,7 +13,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import brainshard as bs
-from brainshard._core.program import Program
+from brainshard._core.program.program import Program
 from _util import assert_on_mesh, count_compiles, mesh
 from conftest import make_mesh
 

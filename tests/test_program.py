@@ -1,4 +1,4 @@
-"""The compiled program and its one call path (brainshard/_core/program.py):
+"""The compiled program and its one call path (brainshard/_core/program/program.py):
 one trace and one compile per signature, a first call that runs the Python
 body once, a new state shape that traces once more, and a trace that touches
 new states growing the program."""

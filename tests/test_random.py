@@ -8,7 +8,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import brainshard as bs
-from brainshard._simulation import random as _random
+from brainshard._simulation.random import state as _random
 from conftest import make_mesh
 
 
@@ -450,7 +450,7 @@ def test_unrolled_threefry_gives_the_primitives_bits():
   # random_blocks draws with its own fused Threefry-2x32 on CPU (JAX's CPU
   # lowering is a rolled loop, ~4x slower); the bits must be JAX's.
   from brainshard._core import compat
-  from brainshard._simulation import random_blocks as rb
+  from brainshard._simulation.random import blocks as rb
   words = jax.random.bits(jax.random.key(9), (4, 1000), jnp.uint32)
   want = compat.threefry2x32_p.bind(*words)
   got = jax.jit(rb._threefry2x32)(*words)
@@ -463,7 +463,7 @@ def test_odd_sized_cpu_draws_keep_their_bits(shape, dtype):
   # On CPU a draw of >= 1024 elements that is not a multiple of 64 is hashed
   # over the rounded-up length and cut (XLA:CPU leaves an odd-length fused
   # hash scalar): element i must still be counter i, JAX's bits.
-  from brainshard._simulation import random_blocks as rb
+  from brainshard._simulation.random import blocks as rb
   key = jax.random.key(11)
   got = jax.jit(lambda: jax.random.bits(rb.block_key(key, 0, 0), shape,
                                         dtype))()
@@ -473,7 +473,7 @@ def test_odd_sized_cpu_draws_keep_their_bits(shape, dtype):
 
 def test_block_keys_carry_the_counter_into_the_high_word():
   from brainshard._core import compat
-  from brainshard._simulation import random_blocks as rb
+  from brainshard._simulation.random import blocks as rb
   key = jax.random.key(4)
   k1, k2 = jax.random.key_data(key)
   lo0 = 2 ** 32 - 2

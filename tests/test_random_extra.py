@@ -11,7 +11,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import brainshard as bs
-from brainshard._simulation import random_extra as rx
+from brainshard._simulation.random import extra as rx
 from conftest import make_mesh
 
 stats = pytest.importorskip("scipy.stats")

@@ -17,9 +17,9 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import brainshard as bs
-from brainshard._scaleout import checkpoint
-from brainshard._simulation import spikes as _spikes
-from brainshard._simulation.progress_chunks import ChunkBar
+from brainshard._scaleout.checkpoint import checkpoint
+from brainshard._simulation.monitors import spikes as _spikes
+from brainshard._simulation.runner.progress import ChunkBar
 
 IDX = [0, 5, 63]
 
@@ -564,7 +564,7 @@ def test_records_that_fail_to_be_written_leave_a_consistent_run(
   """The disk fills up while the third chunk's records are written (after
   some monitors' were): none of that chunk is kept, and the States, step
   count and every monitor's records are those of the first two chunks."""
-  from brainshard._simulation.records import Store
+  from brainshard._simulation.monitors.records import Store
   v, step, rng = make_net(noise=True)
   runner = bs.Runner(step, monitors(v), chunk=32, progress=False,
                      store=tmp_path if on_disk else None)

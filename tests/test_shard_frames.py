@@ -1,4 +1,4 @@
-"""The frames of a bs.shard_map body (brainshard/_transforms/shard_frames.py):
+"""The frames of a bs.shard_map body (brainshard/_transforms/shard_map/frames.py):
 states at per-shard shapes, discovered inside a real jax.shard_map (so
 varying-axes types are JAX's), and writes checked against the shard shape of
 the state's *out* spec, so state_out_specs may change how a state is split

@@ -1,4 +1,4 @@
-"""State-aware shard_map (brainshard/_transforms/shard_map.py): the peer's five
+"""State-aware shard_map (brainshard/_transforms/shard_map/shard_map.py): the peer's five
 scenarios over 1/2/4/8-device and 2-D meshes and both axis types, write-back
 specs, the call forms, caching of eager calls, manual over some mesh axes,
 and the repr. Every sharded result is compared with the same computation

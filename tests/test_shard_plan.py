@@ -1,4 +1,4 @@
-"""Planning a bs.shard_map call (brainshard/_transforms/shard_plan.py): the
+"""Planning a bs.shard_map call (brainshard/_transforms/shard_map/plan.py): the
 mesh (given, or from jax.set_mesh at call time), the manual axes, keyword
 argument specs, which states the body reads and writes (a plan per argument
 and state signature), and the hint when a replicated State meets sharded

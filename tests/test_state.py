@@ -1,4 +1,4 @@
-"""State and its subclasses (brainshard/_core/state.py): construction, value
+"""State and its subclasses (brainshard/_core/state/state.py): construction, value
 access, metadata, sharding and repr. Tracing through frames (threads
 included) is in test_frames.py."""
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Hashable, NamedTuple, Sequence
 
 import jax
 
-from brainshard._core.state import State
+from brainshard._core.state.state import State
 
 __all__ = ["StaticArgs", "Call", "fun_name", "copy_metadata",
            "normalize_argnums", "normalize_argnames"]

@@ -59,7 +59,7 @@ __all__ = ["at_top_level", "top_level_source", "current_trace", "new_trace_input
            "threefry2x32_p", "threefry_prng_impl"]
 
 # `ArrayImpl` is the concrete type of every jax.Array a computation returns;
-# the donation rule (_core/donation.py) only vouches for that type.
+# the donation rule (_core/program/donation.py) only vouches for that type.
 # `at_top_level` is on every call's path, so it reads the thread-local trace
 # slot directly instead of going through `trace_ctx.trace`'s property.
 _eval_trace = _core.eval_trace
@@ -77,7 +77,7 @@ else:  # pragma: no cover - older/newer JAX without the slot
 
 def top_level_source() -> tuple[str, dict[str, Any]]:
   """:func:`at_top_level` as a Python expression and the names it reads, for
-  generated code (``_core/fastcall.py``) to inline: on a small dispatch the
+  generated code (``_core/program/fastcall.py``) to inline: on a small dispatch the
   function call itself is a visible cost.
 
   Example:

@@ -20,8 +20,8 @@ from brainshard._core import compat
 from brainshard._core.args import Call, StaticArgs, fun_name
 from brainshard._core.caches import Cache
 from brainshard._core.frames import Frame, current_signature
-from brainshard._core.state import State
-from brainshard._core.values import Signature, signature
+from brainshard._core.state.state import State
+from brainshard._core.state.values import Signature, signature
 
 __all__ = ["DiscoveryCache", "Discovery", "DiscoveryFrame", "discover",
            "evaluate", "still_valid"]

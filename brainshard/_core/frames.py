@@ -24,9 +24,9 @@ import jax
 
 from brainshard._core import compat
 from brainshard._core.errors import StateTraceError
-from brainshard._core.state import UNSET, State, store
+from brainshard._core.state.state import UNSET, State, store
 from brainshard._core.threads import FRAME_ACTIVE, frame_stack, thread_frames
-from brainshard._core.values import (
+from brainshard._core.state.values import (
     Signature, describe_signature, describe_value, signature, to_array)
 
 __all__ = ["Frame", "ReplayFrame", "replay", "union", "gather_values",
@@ -116,7 +116,7 @@ class Frame:
 
   def hint_placement(self, state: State, hint: Any) -> None:
     """Passes where a ``shard_map`` reads and leaves ``state`` (a
-    :class:`~brainshard._core.placement.PlacementHint`) up to the discoveries
+    :class:`~brainshard._core.program.placement.PlacementHint`) up to the discoveries
     that will compile the program around it."""
     if self.parent is not None:
       self.parent.hint_placement(state, hint)

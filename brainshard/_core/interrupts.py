@@ -19,7 +19,7 @@ function being traced) is raised at once, before anything is donated.
 
 Only Python's default handler is replaced (on the main thread, where Python
 runs signal handlers): a handler of the user's own, or a run's stop button
-(``_simulation/progress_chunks.py``), stays as it is. IPython resets the
+(``_simulation/runner/progress.py``), stays as it is. IPython resets the
 default handler around each cell; a hook puts this one back for the cell.
 
 Example:

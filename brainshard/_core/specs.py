@@ -12,10 +12,11 @@ from typing import Any, Callable, Sequence
 import jax
 from jax.sharding import AxisType, PartitionSpec as P
 
-from brainshard._core import compat, state_filter
+from brainshard._core import compat
+from brainshard._core.state import filters as state_filter
 from brainshard._core.axes import logical_spec
-from brainshard._core.state import State
-from brainshard._core.values import describe_value
+from brainshard._core.state.state import State
+from brainshard._core.state.values import describe_value
 
 __all__ = [
     "check_kwarg_specs",

@@ -15,9 +15,9 @@ import jax
 
 from brainshard._core.args import StaticArgs
 from brainshard._core.discovery import Discovery, DiscoveryCache, evaluate
-from brainshard._core.program import StatefulJit
-from brainshard._core.state import State
-from brainshard._core.values import describe_signature, describe_value
+from brainshard._core.program.program import StatefulJit
+from brainshard._core.state.state import State
+from brainshard._core.state.values import describe_signature, describe_value
 
 __all__ = ["StatefulFunction"]
 

@@ -32,7 +32,7 @@ from jax.sharding import PartitionSpec as P
 
 from brainshard._scaleout.multihost import gather
 from brainshard._transforms.jit import jit
-from brainshard._transforms.shard_map import shard_map
+from brainshard._transforms.shard_map.shard_map import shard_map
 from brainshard._models.build import Spec, count_pass, fill_pass
 from brainshard._models.distributions import Normal, Uniform, with_lower
 from brainshard._models.index import SynapseIndex, field_dtypes

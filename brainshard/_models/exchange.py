@@ -49,10 +49,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from brainshard._core.state import ParamState, ShortTermState
-from brainshard._simulation.records import SpikeData
+from brainshard._core.state.state import ParamState, ShortTermState
+from brainshard._simulation.monitors.records import SpikeData
 from brainshard._transforms.loops import for_loop
-from brainshard._transforms.shard_map import shard_map
+from brainshard._transforms.shard_map.shard_map import shard_map
 from brainshard._models.delivery import deliver, ring_length
 from brainshard._models.events import EVENT_SIZES
 from brainshard._models.index import SynapseIndex

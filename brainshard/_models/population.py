@@ -38,8 +38,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from brainshard._core.state import State
-from brainshard._simulation.records import RateData, SpikeData
+from brainshard._core.state.state import State
+from brainshard._simulation.monitors.records import RateData, SpikeData
 from brainshard._models.layout import Layout
 
 __all__ = ["Population", "population_values", "population_ids",

@@ -10,7 +10,7 @@ import numpy as np
 
 from brainshard._scaleout.place import states_in
 from brainshard._core.keys import is_typed_key
-from brainshard._core.state import State
+from brainshard._core.state.state import State
 
 __all__ = ["describe", "visualize", "StateInfo", "StateTable", "device_ids"]
 

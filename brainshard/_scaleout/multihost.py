@@ -24,7 +24,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from brainshard._core.keys import is_typed_key
-from brainshard._core.state import State
+from brainshard._core.state.state import State
 
 __all__ = ["gather", "init_distributed", "put_global", "put_process_local"]
 

@@ -24,8 +24,8 @@ from brainshard._core.specs import (
 from brainshard._core.args import copy_metadata, fun_name
 from brainshard._core.errors import StateTraceError
 from brainshard._core.frames import Frame, write_results
-from brainshard._core.state import State
-from brainshard._core.values import canonical, describe_value
+from brainshard._core.state.state import State
+from brainshard._core.state.values import canonical, describe_value
 from brainshard._core.toplevel import require_top_level
 
 __all__ = ["resolve_spec", "place", "sharded_init", "ShardedInit",

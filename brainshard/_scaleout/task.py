@@ -24,12 +24,12 @@ from brainshard._core.args import fun_name
 from brainshard._core.compat import Tracer
 from brainshard._core.specs import (
     check_spec, leaf_specs, resolve_state_spec, spec_axes)
-from brainshard._core.state import State
+from brainshard._core.state.state import State
 from brainshard._scaleout.describe import device_ids
 from brainshard._scaleout.move import move_array
 from brainshard._transforms.jit import jit
 from brainshard._transforms.progress import TextBar, tqdm_class
-from brainshard._transforms.shard_map import shard_map
+from brainshard._transforms.shard_map.shard_map import shard_map
 
 __all__ = ["Task", "task", "split_mesh", "check_disjoint", "move_array",
            "run_tasks"]
@@ -180,7 +180,7 @@ class Task:
     for s in states:
       leaves = jax.tree.leaves(s.slot)
       # A State placed nowhere is not an error: the call places it here
-      # once (_core/placement.py); move_states places it now, with its spec.
+      # once (_core/program/placement.py); move_states places it now, with its spec.
       if not any(self._elsewhere(x) or (self.move_states and _unplaced(x))
                  for x in leaves):
         continue
@@ -239,7 +239,7 @@ def _own(reads: Sequence[State], writes: Sequence[State]) -> list[State]:
   """The States a task must find on its mesh: all it reads, except those
   it only reads that another program placed (a table two tasks share). Their
   first placement stays; this task's program reads a copy and warns once,
-  naming the State (_core/placement.py ``keep_placed``)."""
+  naming the State (_core/program/placement.py ``keep_placed``)."""
   written = {id(s) for s in writes}
   return [s for s in reads
           if id(s) in written or not s.placed_by_program()]

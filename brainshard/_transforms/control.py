@@ -32,8 +32,8 @@ from brainshard._core import compat
 from brainshard._core.caches import Cache
 from brainshard._core.discovery import Discovery, DiscoveryCache, discover
 from brainshard._core.frames import ReplayFrame, replay
-from brainshard._core.program import StatefulJit
-from brainshard._core.state import State
+from brainshard._core.program.program import StatefulJit
+from brainshard._core.state.state import State
 from brainshard._core.threads import frame_stack
 from brainshard._core.toplevel import is_eager
 

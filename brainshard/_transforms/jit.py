@@ -2,7 +2,7 @@
 
 A thin layer over the core: a :class:`~brainshard._core.discovery.
 DiscoveryCache` finds the states on the first call, and a
-:class:`~brainshard._core.program.StatefulJit` compiles and calls the
+:class:`~brainshard._core.program.program.StatefulJit` compiles and calls the
 program (one ``jax.jit`` of a pure function, see program.py). ``jax.jit``
 re-traces by itself when avals or static arguments change; a trace that
 touches new states grows the program and the call is retried.
@@ -21,7 +21,7 @@ import jax
 from brainshard._core.args import (
     StaticArgs, copy_metadata, fun_name, normalize_argnums)
 from brainshard._core.discovery import DiscoveryCache
-from brainshard._core.program import Program, StatefulJit
+from brainshard._core.program.program import Program, StatefulJit
 
 __all__ = ["jit", "JittedFunction", "Lowered", "Compiled"]
 
@@ -63,7 +63,7 @@ class JittedFunction:
     self._bound: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
     copy_metadata(self, fun)
     # Calling the object calls the core's current entry (the plan's
-    # generated call, _core/fastcall.py) with no frame of ours between:
+    # generated call, _core/program/fastcall.py) with no frame of ours between:
     # Python looks ``__call__`` up on the type, so each object gets a type
     # of its own whose ``__call__`` is that entry, replaced when the plan
     # changes. Measured here, a staticmethod there costs half of a property

@@ -17,7 +17,7 @@ from brainshard._core import compat
 from brainshard._core.args import fun_name
 from brainshard._core.discovery import Discovery
 from brainshard._core.frames import gather_values, write_results
-from brainshard._core.state import State
+from brainshard._core.state.state import State
 from brainshard._transforms.progress import ProgressBar, as_progress_bar
 from brainshard._transforms.cond import cond
 from brainshard._transforms.control import (

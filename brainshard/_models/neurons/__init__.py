@@ -1,1 +1,1 @@
-"""NEST's neuron models as pure steps over their state (see ``base.py``)."""
+"""NEST's neuron models as pure steps over their state."""

@@ -1,0 +1,1 @@
+"""The State: one global slot, its value and signature, its refs, dicts and filters."""

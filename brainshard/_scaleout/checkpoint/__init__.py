@@ -1,0 +1,1 @@
+"""Saving and restoring States on disk."""

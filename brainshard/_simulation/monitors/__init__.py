@@ -1,0 +1,1 @@
+"""What a run records, on the device and on the host."""

@@ -1,0 +1,1 @@
+"""Long runs: a stateful step advanced in compiled chunks, interruptible and resumable."""

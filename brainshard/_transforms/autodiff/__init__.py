@@ -1,0 +1,1 @@
+"""Derivatives with respect to States."""

@@ -1,0 +1,1 @@
+"""`bs.vmap` and which States it batches."""
