@@ -125,7 +125,7 @@ def make_step(net: dict):
   """``step(state, index, cdf, i_e) -> (state, spikes)``: one step of
   ``Microcircuit.step`` (``Delivery._block`` around ``_update``)."""
   from brainshard import models as bm
-  from brainshard._models.events import EVENT_SIZES
+  from brainshard._models.delivery.events import EVENT_SIZES
   from examples.microcircuit.model import counts_from_cdf
   p, theta, v_reset = net["p"], net["theta"], net["v_reset"]
   ref_steps, w_ext, length = net["ref_steps"], net["w_ext"], net["length"]

@@ -14,20 +14,20 @@ Example:
   [1, 2, 15]
 """
 
-from brainshard._models.connectivity import connect, synapses
-from brainshard._models.counts import (
+from brainshard._models.connectivity.connect import connect, synapses
+from brainshard._models.delivery.counts import (
     csr_from_table, deliver_counts, hashed_presynaptic, pull_counts)
-from brainshard._models.delivery import deliver, delay_steps, ring_length
-from brainshard._models.delivery_testing import index_from_arrays
-from brainshard._models.distributions import Normal, Uniform
-from brainshard._models.events import fired_ids, first_fired
-from brainshard._models.exchange import Delivery, block_spikes, unblock_spikes
-from brainshard._models.index import SynapseIndex
+from brainshard._models.delivery.push import deliver, delay_steps, ring_length
+from brainshard._models.delivery.from_arrays import index_from_arrays
+from brainshard._models.connectivity.parameters import Normal, Uniform
+from brainshard._models.delivery.events import fired_ids, first_fired
+from brainshard._models.delivery.delivery import Delivery, block_spikes, unblock_spikes
+from brainshard._models.delivery.index import SynapseIndex
 from brainshard._models.layout import Layout
 from brainshard._models.population import (
     Population, counts_to_rates, population_counts, population_ids,
     population_rates, population_values, split_spikes)
-from brainshard._models.rules import (
+from brainshard._models.connectivity.rules import (
     Explicit, FixedInDegree, FixedOutDegree, FixedTotalNumber,
     PairwiseBernoulli, Projection)
 

@@ -14,8 +14,8 @@ import pytest
 
 import brainshard as bs
 from brainshard import models as bm
-from brainshard._models.counter import randint, unit_keys
-from brainshard._models.distributions import sample
+from brainshard._models.connectivity.counter import randint, unit_keys
+from brainshard._models.connectivity.parameters import sample
 
 from conftest import make_mesh
 
@@ -255,7 +255,7 @@ def test_redrawn_normal_is_truncated_not_clipped():
 
 
 def test_field_dtypes_are_the_narrowest_that_hold_the_sizes():
-  from brainshard._models.index import field_dtypes
+  from brainshard._models.delivery.index import field_dtypes
   f = lambda *a: tuple(field_dtypes(*a).values())
   # post: n_local itself marks an unused slot, so uint16 up to 65,535.
   assert f(65535, 255, 2) == (np.uint16, np.uint8, np.uint8)
@@ -284,7 +284,7 @@ def test_delay_field_is_refilled_or_narrowed_when_the_bound_misses(
   """The delay dtype is picked from a bound before the fill; a bound too
   small (delays wrapped in uint8) fills again, one too large narrows: the
   same synapses either way, in the dtype of the true largest delay."""
-  from brainshard._models import connectivity
+  from brainshard._models.connectivity import connect as connectivity
   want = delay_table
   assert want['delay'].max() > 255  # needs uint16
   monkeypatch.setattr(connectivity, "_delay_bound", lambda *a: bound)
@@ -353,7 +353,7 @@ def test_two_dimensional_auto_mesh_splits_over_the_named_axis(small):
 def test_counter_uniform_top_bin_stays_below_one(monkeypatch):
   # The top of 2**24 bins used to round to 1.0, and its normal to +inf, which
   # a Normal with an infinite bound accepted as a weight.
-  from brainshard._models import counter
+  from brainshard._models.connectivity import counter
   monkeypatch.setattr(counter, "bits", lambda *a: jnp.full((1, 3), 0xFFFFFFFF, jnp.uint32))
   keys = counter.unit_keys(jax.random.key(0), jnp.arange(1))
   assert float(counter.uniform(keys, 3, 0).max()) < 1.0
@@ -450,7 +450,7 @@ def test_narrow_index_delivers_like_the_int32_table(small):
   """deliver reads the narrow fields (uint16 post, uint8 delay, no receptor
   array): the ring buffer equals one filled from bm.synapses' int32 table,
   in the same (presynaptic) order."""
-  from brainshard._models.delivery import deliver
+  from brainshard._models.delivery.push import deliver
   idx = small
   assert (idx.post.dtype, idx.delay.dtype, idx.receptor) == (
       np.uint16, np.uint8, None)

@@ -14,10 +14,10 @@ import pytest
 from jax.sharding import AxisType, PartitionSpec as P
 
 import brainshard as bs
-from brainshard._models.delivery import deliver, delay_steps, ring_length
-from brainshard._models.delivery_testing import index_from_arrays
-from brainshard._models.events import fired_ids, first_fired
-from brainshard._models.exchange import Delivery
+from brainshard._models.delivery.push import deliver, delay_steps, ring_length
+from brainshard._models.delivery.from_arrays import index_from_arrays
+from brainshard._models.delivery.events import fired_ids, first_fired
+from brainshard._models.delivery.delivery import Delivery
 from brainshard._models.layout import Layout
 
 

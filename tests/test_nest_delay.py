@@ -27,9 +27,9 @@ import jax.numpy as jnp  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import brainshard as bs  # noqa: E402
-from brainshard._models.delivery import delay_steps  # noqa: E402
-from brainshard._models.delivery_testing import index_from_arrays  # noqa: E402
-from brainshard._models.exchange import Delivery  # noqa: E402
+from brainshard._models.delivery.push import delay_steps  # noqa: E402
+from brainshard._models.delivery.from_arrays import index_from_arrays  # noqa: E402
+from brainshard._models.delivery.delivery import Delivery  # noqa: E402
 
 DT, T_SIM = 0.1, 60.0
 # NEST's iaf_psc_exp defaults, I_e = 500 pA on the driver.

@@ -12,7 +12,7 @@ from brainshard._models.layout import Layout
 from brainshard._models.population import (
     Population, counts_to_rates, population_counts, population_ids,
     population_rates, population_values, split_spikes)
-from brainshard._models.exchange import block_spikes, unblock_spikes
+from brainshard._models.delivery.delivery import block_spikes, unblock_spikes
 from test_delivery import Net, small_network
 
 LAYOUT = Layout({"E": 10, "I": 3, "X": 6}, n_shards=4)   # 19 -> 20

@@ -33,14 +33,14 @@ from jax.sharding import PartitionSpec as P
 from brainshard._scaleout.multihost import gather
 from brainshard._transforms.jit import jit
 from brainshard._transforms.shard_map.shard_map import shard_map
-from brainshard._models.build import Spec, count_pass, fill_pass
-from brainshard._models.distributions import Normal, Uniform, with_lower
-from brainshard._models.index import SynapseIndex, field_dtypes
+from brainshard._models.connectivity.build import Spec, count_pass, fill_pass
+from brainshard._models.connectivity.parameters import Normal, Uniform, with_lower
+from brainshard._models.delivery.index import SynapseIndex, field_dtypes
 from brainshard._models.layout import Layout
-from brainshard._models.plans import (
+from brainshard._models.connectivity.plans import (
     BernoulliPlan, ExplicitPlan, InDegreePlan, OutDegreePlan,
     TotalPlan)
-from brainshard._models.rules import (
+from brainshard._models.connectivity.rules import (
     Explicit, FixedInDegree, FixedOutDegree, FixedTotalNumber,
     PairwiseBernoulli, Projection)
 

@@ -11,7 +11,7 @@ its coordinates, never on a shard or a chunk size.
 
 Example:
   >>> import jax, jax.numpy as jnp
-  >>> from brainshard._models.counter import unit_keys, randint
+  >>> from brainshard._models.connectivity.counter import unit_keys, randint
   >>> keys = unit_keys(jax.random.key(0), jnp.arange(3))
   >>> r = randint(keys, 4, 0, jnp.full(3, 10))
   >>> r.shape, bool(((r >= 0) & (r < 10)).all())

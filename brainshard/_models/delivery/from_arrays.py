@@ -2,12 +2,12 @@
 lists, built on the host with NumPy: for tests and small networks.
 
 The connectivity builder (rules, on-device, in place) is the real way to
-make a :class:`~brainshard._models.index.SynapseIndex`; this one is the
+make a :class:`~brainshard._models.delivery.index.SynapseIndex`; this one is the
 reference it can be checked against. Synapses go to the shard of their
 target and keep, per presynaptic neuron, the order they were given in.
 
 Example:
-  >>> from brainshard._models.delivery_testing import index_from_arrays
+  >>> from brainshard._models.delivery.from_arrays import index_from_arrays
   >>> idx = index_from_arrays([0, 1, 0], [3, 0, 2], [1., 2., 3.], [1, 1, 2],
   ...                         n=4, n_shards=2)
   >>> idx.indptr.tolist(), idx.post.tolist(), idx.max_degree
@@ -22,7 +22,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from brainshard._models.index import SynapseIndex, field_dtypes
+from brainshard._models.delivery.index import SynapseIndex, field_dtypes
 
 __all__ = ["index_from_arrays"]
 

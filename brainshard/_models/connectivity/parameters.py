@@ -11,8 +11,8 @@ mesh.
 
 Example:
   >>> import jax, jax.numpy as jnp
-  >>> from brainshard._models.counter import unit_keys
-  >>> from brainshard._models.distributions import Normal, sample
+  >>> from brainshard._models.connectivity.counter import unit_keys
+  >>> from brainshard._models.connectivity.parameters import Normal, sample
   >>> keys = unit_keys(jax.random.key(0), jnp.arange(10))
   >>> w = sample(Normal(1.0, 0.5, lower=0.0), keys, 100, stream=2)
   >>> w.shape, bool((w >= 0).all()), w.dtype
@@ -28,7 +28,7 @@ from typing import Any, Union
 import jax
 import jax.numpy as jnp
 
-from brainshard._models import counter
+from brainshard._models.connectivity import counter
 
 __all__ = ["Normal", "Uniform", "Distribution", "sample", "check_value",
            "with_lower", "encode", "sample_encoded", "MAX_REDRAWS"]

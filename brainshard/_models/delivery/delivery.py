@@ -21,8 +21,8 @@ clear the consumed slots -> scatter the new spikes -> read the next slots.
 Example:
   >>> import jax, jax.numpy as jnp, brainshard as bs
   >>> from jax.sharding import PartitionSpec as P
-  >>> from brainshard._models.exchange import Delivery
-  >>> from brainshard._models.delivery_testing import index_from_arrays
+  >>> from brainshard._models.delivery.delivery import Delivery
+  >>> from brainshard._models.delivery.from_arrays import index_from_arrays
   >>> mesh = jax.make_mesh((1,), ('x',))
   >>> idx = index_from_arrays([0], [1], [2.5], [3], n=2)   # 0 -> 1, 3 steps
   >>> net = Delivery(idx, mesh, every=1)    # exchange every step
@@ -53,9 +53,9 @@ from brainshard._core.state.state import ParamState, ShortTermState
 from brainshard._simulation.monitors.records import SpikeData
 from brainshard._transforms.loops import for_loop
 from brainshard._transforms.shard_map.shard_map import shard_map
-from brainshard._models.delivery import deliver, ring_length
-from brainshard._models.events import EVENT_SIZES
-from brainshard._models.index import SynapseIndex
+from brainshard._models.delivery.push import deliver, ring_length
+from brainshard._models.delivery.events import EVENT_SIZES
+from brainshard._models.delivery.index import SynapseIndex
 
 __all__ = ["Delivery", "block_spikes", "unblock_spikes"]
 

@@ -14,8 +14,8 @@ Streams of a unit (``counter.bits``): 0 presynaptic ids, 1 targets,
 Example (a shard holding all 4 targets of a population; a chunk has
 ``G = CHUNK // k`` units, those past the shard's targets masked off):
   >>> import jax, jax.numpy as jnp
-  >>> from brainshard._models.plans import InDegreePlan
-  >>> from brainshard._models.rules import FixedInDegree
+  >>> from brainshard._models.connectivity.plans import InDegreePlan
+  >>> from brainshard._models.connectivity.rules import FixedInDegree
   >>> plan = InDegreePlan(FixedInDegree(3), (0, 10), (10, 14))
   >>> key = jax.random.key(0)
   >>> keys, pre, post, ok = plan.units(jnp.int32(0), plan.prepare(key), key,
@@ -31,7 +31,7 @@ import copy
 import jax
 import jax.numpy as jnp
 
-from brainshard._models.counter import (
+from brainshard._models.connectivity.counter import (
     normal, randint, sub_keys, uniform, unit_keys)
 
 __all__ = ["InDegreePlan", "OutDegreePlan", "BernoulliPlan", "TotalPlan",

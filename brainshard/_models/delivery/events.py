@@ -4,7 +4,7 @@ Delivery visits only the neurons that fired. On a CPU, ``jnp.nonzero`` (a
 cumulative sum over all ``n`` neurons) costs 0.6-1.5 ms a step at 77 k
 neurons, so :func:`fired_ids` takes a ``lax.top_k``-over-blocks path for
 small counts (unsorted, it also serves the integer-count kernels of
-:mod:`~brainshard._models.counts`) and :func:`first_fired` picks the
+:mod:`~brainshard._models.delivery.counts`) and :func:`first_fired` picks the
 smallest of a few fixed sizes that holds this step's spikes (a chain of
 ``lax.cond``: the first test, the usual few spikes, decides; on XLA:CPU a
 many-way ``lax.switch`` costs about as much as a small delivery).
@@ -15,7 +15,7 @@ branch and the number of devices.
 
 Example:
   >>> import jax.numpy as jnp
-  >>> from brainshard._models.events import fired_ids
+  >>> from brainshard._models.delivery.events import fired_ids
   >>> fired = jnp.zeros(100, bool).at[jnp.array([70, 3, 41])].set(True)
   >>> fired_ids(fired, 4).tolist()
   [3, 41, 70, 100]

@@ -17,7 +17,7 @@ Both run per shard inside ``bs.shard_map``; ``lo``/``hi`` (the shard's
 global ids) come from ``lax.axis_index`` and only select targets, never
 seed a draw.
 
-Example: see :func:`brainshard._models.connectivity.connect`.
+Example: see :func:`brainshard._models.connectivity.connect.connect`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 
-from brainshard._models.distributions import encode, sample_encoded
+from brainshard._models.connectivity.parameters import encode, sample_encoded
 
 __all__ = ["Spec", "Group", "groups", "count_pass", "fill_pass"]
 

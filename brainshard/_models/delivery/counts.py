@@ -33,7 +33,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from brainshard._models.events import fired_ids
+from brainshard._models.delivery.events import fired_ids
 
 __all__ = ["COUNT_SIZES", "hashed_presynaptic", "csr_from_table",
            "deliver_counts", "pull_counts"]

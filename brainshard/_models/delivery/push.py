@@ -19,8 +19,8 @@ order, hence its last bits, vary from run to run: see the docs' GPU note.)
 
 Example:
   >>> import numpy as np, jax.numpy as jnp
-  >>> from brainshard._models.delivery import deliver
-  >>> from brainshard._models.delivery_testing import index_from_arrays
+  >>> from brainshard._models.delivery.push import deliver
+  >>> from brainshard._models.delivery.from_arrays import index_from_arrays
   >>> idx = index_from_arrays(pre=[0, 0, 1], post=[1, 1, 0],
   ...                         weight=[0.5, 0.25, -1.0], delay=[1, 2, 1],
   ...                         receptor=[0, 0, 1], n=2, n_receptors=2)
@@ -38,8 +38,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from brainshard._models.events import EVENT_SIZES, first_fired
-from brainshard._models.index import SynapseIndex
+from brainshard._models.delivery.events import EVENT_SIZES, first_fired
+from brainshard._models.delivery.index import SynapseIndex
 
 __all__ = ["deliver", "deliver_ids", "deliver_windows", "delay_steps",
            "ring_length"]

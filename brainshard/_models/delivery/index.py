@@ -20,7 +20,7 @@ function of ``n_local``, ``max_delay`` and ``n_receptors`` (see
 ``.astype(jnp.int32)`` before arithmetic.
 
 Example:
-  >>> from brainshard._models.index import field_dtypes
+  >>> from brainshard._models.delivery.index import field_dtypes
   >>> {k: (v and v.__name__) for k, v in field_dtypes(
   ...     n_local=77169, max_delay=60, n_receptors=1).items()}
   {'post': 'int32', 'delay': 'uint8', 'receptor': None}

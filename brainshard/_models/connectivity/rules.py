@@ -9,8 +9,8 @@ postsynaptic populations, the rule, the weight, the delay (ms) and the
 receptor (the target's input channel).
 
 Example:
-  >>> from brainshard._models.rules import FixedInDegree, Projection
-  >>> from brainshard._models.distributions import Normal
+  >>> from brainshard._models.connectivity.rules import FixedInDegree, Projection
+  >>> from brainshard._models.connectivity.parameters import Normal
   >>> p = Projection('E', 'I', FixedInDegree(10),
   ...                weight=Normal(0.1, 0.01, lower=0.0), delay=1.5)
   >>> p.rule.k, p.receptor
@@ -24,7 +24,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from brainshard._models.distributions import check_value
+from brainshard._models.connectivity.parameters import check_value
 
 __all__ = ["FixedInDegree", "FixedOutDegree", "PairwiseBernoulli",
            "FixedTotalNumber", "Explicit", "Projection", "Rule"]

@@ -1,0 +1,2 @@
+"""Rules that generate each projection's synapses in their target's shard,
+and `connect`."""
