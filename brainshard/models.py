@@ -15,11 +15,13 @@ Example:
 """
 
 from brainshard._models.connectivity.connect import connect, synapses
+from brainshard._models.delays import delay_steps, ring_length
 from brainshard._models.delivery.counts import (
     csr_from_table, deliver_counts, hashed_presynaptic, pull_counts)
-from brainshard._models.delivery.push import deliver, delay_steps, ring_length
+from brainshard._models.delivery.push import deliver
 from brainshard._models.delivery.from_arrays import index_from_arrays
-from brainshard._models.connectivity.parameters import Normal, Uniform
+from brainshard._models.connectivity.parameters import (
+    Constant, Normal, Parameter, Uniform)
 from brainshard._models.delivery.events import fired_ids, first_fired
 from brainshard._models.delivery.delivery import Delivery, block_spikes, unblock_spikes
 from brainshard._models.delivery.index import SynapseIndex
@@ -27,15 +29,17 @@ from brainshard._models.layout import Layout
 from brainshard._models.population import (
     Population, counts_to_rates, population_counts, population_ids,
     population_rates, population_values, split_spikes)
+from brainshard._models.connectivity.projection import Projection
 from brainshard._models.connectivity.rules import (
-    Explicit, FixedInDegree, FixedOutDegree, FixedTotalNumber,
-    PairwiseBernoulli, Projection)
+    AllToAll, Explicit, FixedInDegree, FixedOutDegree, FixedTotalNumber,
+    OneToOne, PairwiseBernoulli, Rule)
 
 __all__ = [
     "Layout", "SynapseIndex",
     # connectivity
-    "Projection", "FixedInDegree", "FixedOutDegree", "PairwiseBernoulli",
-    "FixedTotalNumber", "Explicit", "Normal", "Uniform", "connect",
+    "Projection", "Rule", "FixedInDegree", "FixedOutDegree",
+    "PairwiseBernoulli", "FixedTotalNumber", "AllToAll", "OneToOne",
+    "Explicit", "Parameter", "Constant", "Normal", "Uniform", "connect",
     "synapses", "index_from_arrays",
     # delivery
     "Delivery", "block_spikes", "unblock_spikes", "deliver", "delay_steps",

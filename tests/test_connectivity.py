@@ -308,7 +308,7 @@ def test_delays_round_half_up_to_steps():
     (bm.Projection('E', 'I', bm.FixedInDegree(1), delay=0.04, name='slow'),
      r"projection 0 \('slow'\): delay 0.04 ms rounds to 0 steps"),
     (bm.Projection('E', 'I', bm.Explicit([0], [0], delay=[0.01])),
-     r"Explicit delay\[0\] = 0.01"),
+     r"Explicit: delay\[0\] = 0.01 ms rounds to 0 steps"),
     (bm.Projection('E', 'I', bm.Explicit([0], [20])), r"post ids must lie"),
     (bm.Projection('E', (0, 200), bm.FixedInDegree(1)), "not inside"),
     (bm.Projection('E', 'I', bm.FixedInDegree(1),
@@ -330,7 +330,7 @@ def test_bad_arguments_errors():
   with pytest.raises(ValueError, match="dt must be a positive"):
     bm.connect(p, lay.with_shards(4), dt=0, seed=0, mesh=mesh)
   with pytest.raises(TypeError, match="weight must be a number"):
-    bm.Projection('E', 'I', bm.FixedInDegree(1), weight='x').check(0)
+    bm.Projection("E", "I", bm.FixedInDegree(1), weight="x").checked(0)
   with pytest.raises(NotImplementedError, match="multapses=False"):
     bm.FixedInDegree(3, multapses=False)
   with pytest.raises(ValueError, match="p must be in"):
@@ -465,3 +465,87 @@ def test_narrow_index_delivers_like_the_int32_table(small):
   for s in np.flatnonzero(fired[t['pre']]):  # index order: by pre
     want[0, (7 + t['delay'][s]) % length, t['post'][s]] += t['weight'][s]
   np.testing.assert_array_equal(np.asarray(buf), want)
+
+
+# -- bad input that used to build silently (issue 40, item 6) ----------------
+
+@pytest.mark.parametrize("proj", [
+    bm.Projection((0, 0), 'I', bm.FixedInDegree(2)),
+    bm.Projection((0, 0), 'I', bm.FixedTotalNumber(5)),
+    bm.Projection('E', (90, 90), bm.FixedOutDegree(2)),
+    bm.Projection('E', (90, 90), bm.FixedTotalNumber(5)),
+])
+def test_a_count_from_or_onto_an_empty_population_is_an_error(proj):
+  # NEST raises IllegalConnection: 0 synapses is not what was asked for.
+  with pytest.raises(ValueError, match=r"projection 0 .*needs a non-empty"):
+    build(1, [proj])
+
+
+@pytest.mark.parametrize("weight, match", [
+    (bm.Normal(math.nan, 1.0), "Normal mean must be finite"),
+    (bm.Normal(1.0, math.inf), "Normal std must be finite"),
+    (bm.Normal(math.inf, 1.0), "Normal mean must be finite"),
+    (bm.Uniform(0.0, math.inf), "Uniform high must be finite"),
+    ("explicit", r"Explicit: weight\[0\] = nan is not finite"),
+])
+def test_non_finite_weights_are_refused(weight, match):
+  with pytest.raises(ValueError, match=match):
+    if weight == "explicit":
+      bm.Explicit([0, 1], [0, 1], weight=[math.nan, 1.0])
+    build(1, [bm.Projection('E', 'I', bm.FixedInDegree(1), weight=weight,
+                            name='w')])
+
+
+@pytest.mark.parametrize("make", [
+    lambda: bm.FixedInDegree(3, autapses='no'),
+    lambda: bm.FixedOutDegree(3, multapses=0),
+    lambda: bm.PairwiseBernoulli(0.5, autapses=None),
+    lambda: bm.PairwiseBernoulli('0.5'),
+])
+def test_flags_and_probabilities_of_the_wrong_type_are_refused(make):
+  # 'no' is truthy: accepting it meant autapses=True.
+  with pytest.raises(TypeError, match="must be"):
+    make()
+
+
+def test_numpy_scalars_are_accepted_everywhere():
+  lay = bm.Layout({'E': np.int64(81), 'I': np.int32(20)},
+                  n_shards=np.int64(1))
+  proj = [bm.Projection('E', 'I', bm.FixedInDegree(np.int64(3)),
+                        weight=np.float32(1.5), delay=np.float64(0.5))]
+  idx = bm.connect(proj, lay, dt=np.float32(0.1), seed=np.int64(2),
+                   mesh=make_mesh((1,), ('x',)))
+  table = bm.synapses(idx)
+  assert table['pre'].size == 60 and (table['weight'] == 1.5).all()
+  assert (table['delay'] == 5).all()
+
+
+def test_seed_out_of_range_is_a_clear_error():
+  with pytest.raises(ValueError, match=r"seed must be in \[0, 2\*\*63\)"):
+    build(1, seed=2**63)
+
+
+def test_nest_conn_specs_name_the_rules():
+  assert bm.Rule.from_nest({'rule': 'fixed_indegree', 'indegree': 4,
+                            'allow_autapses': False}) == bm.FixedInDegree(
+                                4, autapses=False)
+  assert bm.Rule.from_nest({'rule': 'fixed_total_number', 'N': 9}) == (
+      bm.FixedTotalNumber(9))
+  with pytest.raises(ValueError, match="unknown rule 'nearest'"):
+    bm.Rule.from_nest({'rule': 'nearest'})
+  with pytest.raises(ValueError, match=r"takes .*not \['k'\]"):
+    bm.Rule.from_nest({'rule': 'fixed_indegree', 'k': 4})
+
+
+@pytest.mark.parametrize("n_shards", [1, 4])
+def test_one_to_one_and_all_to_all(n_shards):
+  proj = [bm.Projection((0, 20), 'I', bm.OneToOne(), weight=2.0),
+          bm.Projection((0, 3), (4, 6), {'rule': 'all_to_all'}, delay=0.2)]
+  t = bm.synapses(build(n_shards, proj))
+  order = np.lexsort((t['post'], t['pre']))
+  pairs = sorted(zip(t['pre'][order].tolist(), t['post'][order].tolist()))
+  want = sorted([(i, 81 + i) for i in range(20)] +
+                [(i, j) for i in range(3) for j in (4, 5)])
+  assert pairs == want
+  with pytest.raises(ValueError, match="OneToOne needs populations of one size"):
+    build(1, [bm.Projection('E', 'I', bm.OneToOne())])

@@ -14,7 +14,8 @@ import pytest
 from jax.sharding import AxisType, PartitionSpec as P
 
 import brainshard as bs
-from brainshard._models.delivery.push import deliver, delay_steps, ring_length
+from brainshard._models.delays import delay_steps, ring_length
+from brainshard._models.delivery.push import deliver
 from brainshard._models.delivery.from_arrays import index_from_arrays
 from brainshard._models.delivery.events import fired_ids, first_fired
 from brainshard._models.delivery.delivery import Delivery
@@ -147,7 +148,7 @@ def test_delay_steps_follow_nest():
   # As NEST 3.10 rounds them (checked there: 0.15 -> 0.2, 0.25 -> 0.3).
   got = delay_steps([0.1, 0.06, 0.05, 0.15, 0.25, 0.35, 1.45, 1.5], 0.1)
   assert got.tolist() == [1, 1, 1, 2, 3, 4, 15, 15]
-  with pytest.raises(ValueError, match=r"delay 0.04 ms is below .* dt = 0.1"):
+  with pytest.raises(ValueError, match=r"delay\[1\] = 0.04 ms rounds to 0 steps of dt=0.1"):
     delay_steps([1.0, 0.04], 0.1)
 
 

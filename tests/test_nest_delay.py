@@ -27,7 +27,7 @@ import jax.numpy as jnp  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import brainshard as bs  # noqa: E402
-from brainshard._models.delivery.push import delay_steps  # noqa: E402
+from brainshard._models.delays import delay_steps  # noqa: E402
 from brainshard._models.delivery.from_arrays import index_from_arrays  # noqa: E402
 from brainshard._models.delivery.delivery import Delivery  # noqa: E402
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+import numpy as np
+
 __all__ = ["Layout"]
 
 
@@ -35,13 +37,17 @@ class Layout:
     if not items:
       raise ValueError("Layout needs at least one population.")
     for name, size in items:
-      if not isinstance(size, int) or size < 0:
+      if isinstance(size, (bool, np.bool_)) or not isinstance(
+          size, (int, np.integer)) or size < 0:
         raise ValueError(f"Layout: population {name!r} has size {size!r}; "
                          "sizes are non-negative ints.")
+    items = tuple((name, int(size)) for name, size in items)
     if len({name for name, _ in items}) != len(items):
       raise ValueError(f"Layout: population names repeat: {[n for n, _ in items]}.")
-    if not isinstance(self.n_shards, int) or self.n_shards < 1:
+    if isinstance(self.n_shards, (bool, np.bool_)) or not isinstance(
+        self.n_shards, (int, np.integer)) or self.n_shards < 1:
       raise ValueError(f"Layout: n_shards must be a positive int, got {self.n_shards!r}.")
+    object.__setattr__(self, "n_shards", int(self.n_shards))
     object.__setattr__(self, "_sizes", items)
 
   @property

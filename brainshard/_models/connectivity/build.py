@@ -7,8 +7,8 @@ weights and delays, and writes each synapse in place at ``cursor[pre] +
 rank`` (``cursor``: the next free slot of ``pre``, ``indptr[pre]`` plus its
 synapses already written; ``rank``: its place among the chunk's synapses
 of the same ``pre``, from a sort of the chunk only). Projections that
-differ only in numbers (ranges, counts, distribution parameters) share one
-compiled loop (a :class:`Group`);
+differ only in numbers (ranges, counts, parameters' numbers) share one
+compiled loop (a :class:`Group`, its projections' :class:`Row` s as data);
 chunks go in group order, then projection order, then unit order, so the
 synapses of one ``pre`` keep a device-independent order. No sort over all
 synapses: the index is the only array of its size.
@@ -22,70 +22,105 @@ Example: see :func:`brainshard._models.connectivity.connect.connect`.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
 
-from brainshard._models.connectivity.parameters import encode, sample_encoded
+from brainshard._models.delays import to_steps
+from brainshard._models.connectivity.parameters import (
+    Parameter, sample_encoded)
+from brainshard._models.connectivity.rules import Plan, Units
 
-__all__ = ["Spec", "Group", "groups", "count_pass", "fill_pass"]
+__all__ = ["Spec", "Row", "Group", "groups", "count_pass", "fill_pass"]
 
 
 @dataclass(frozen=True)
 class Spec:
   """One projection as the passes see it (all static)."""
 
-  plan: Any
-  weight: Any       # number or distribution
-  delay: Any        # ms: number or distribution (redraw bound applied)
+  plan: Plan
+  weight: Parameter
+  delay: Parameter   # ms, its redraw bound raised to half a step
   receptor: int
-  arrays: int = -1  # first index of its explicit arrays in the args, or -1
-  index: int = 0    # its place in the user's list: keys its draws
+  arrays: int = -1   # first index of its explicit arrays in the args, or -1
+  index: int = 0     # its place in the user's list: keys its draws
+
+
+class Row(NamedTuple):
+  """One projection's numbers in its group's compiled loop (Python
+  numbers in a :class:`Group`; traced scalars inside the loop)."""
+
+  position: int      # its place among the passes' projections
+  pre_start: int
+  pre_stop: int
+  post_start: int
+  post_stop: int
+  number: int        # the rule's k or n
+  receptor: int
+  index: int         # its place in the user's list (keys its draws)
+  p: float           # the rule's probability
+  weight: tuple      # the weight parameter's four numbers
+  delay: tuple       # the delay parameter's four numbers
+
+
+_FLOATS = ("p", "weight", "delay")
 
 
 @dataclass(frozen=True)
 class Group:
   """Projections that share one compiled loop: the same plan key and the
-  same weight and delay families. Their numbers are rows of ``ints``
-  (spec, pre start/stop, post start/stop, rule count, receptor, index) and
-  ``floats`` (rule probability, weight and delay parameters)."""
+  same weight and delay families."""
 
-  plan: Any
-  families: tuple[str, str]
-  ints: tuple
-  floats: tuple
+  plan: Plan
+  weight_family: str
+  delay_family: str
+  rows: tuple[Row, ...]
   arrays: int = -1
 
   @property
   def pre_range(self) -> int:
     """The most presynaptic ids any member draws from (static)."""
-    return max(max(r[2] - r[1] for r in self.ints), 1)
+    return max(max(r.pre_stop - r.pre_start for r in self.rows), 1)
+
+  def columns(self) -> Row:
+    """The rows as arrays, one per field (int32, float32)."""
+    cols = zip(*self.rows)
+    return Row(*(jnp.asarray(c, jnp.float32 if name in _FLOATS else
+                             jnp.int32) for name, c in zip(Row._fields, cols)))
 
 
 def groups(specs: Sequence[Spec]) -> list[Group]:
-  """``specs`` grouped (in order of first appearance); a TotalPlan group's
-  tree is as deep as its largest member needs."""
+  """``specs`` grouped (in order of first appearance); a FixedTotalNumber
+  group's tree is as deep as its largest member needs."""
   out: dict = {}
-  for p, spec in enumerate(specs):
-    (wf, wp), (df, dp) = encode(spec.weight), encode(spec.delay)
+  for position, spec in enumerate(specs):
     plan = spec.plan
-    key = (plan.key, wf, df)
-    row_i = (p, *plan.pre, *plan.post, int(plan.n), spec.receptor,
-             spec.index)
-    row_f = (float(plan.p), *wp, *dp)
-    if key not in out:
-      out[key] = [copy.copy(plan), (wf, df), [], [], spec.arrays]
-    g = out[key]
-    if hasattr(plan, "n_blocks"):
-      g[0].n_blocks = max(g[0].n_blocks, plan.n_blocks)
-    g[2].append(row_i)
-    g[3].append(row_f)
-  return [Group(g[0], g[1], tuple(g[2]), tuple(g[3]), g[4])
-          for g in out.values()]
+    key = (plan.share_key, spec.weight.family, spec.delay.family)
+    row = Row(position, *plan.pre, *plan.post, int(plan.number),
+              spec.receptor, spec.index, float(plan.p),
+              spec.weight.numbers(), spec.delay.numbers())
+    g = out.get(key) or Group(plan, spec.weight.family, spec.delay.family,
+                              (), spec.arrays)
+    # the group's first plan, its tree as deep as its largest member needs
+    out[key] = dataclasses.replace(
+        g, rows=g.rows + (row,), plan=dataclasses.replace(
+            g.plan, n_blocks=max(g.plan.n_blocks, plan.n_blocks)))
+  return list(out.values())
+
+
+class Member(NamedTuple):
+  """One projection inside its group's loop: its plan with the row's
+  numbers bound, its key, the rule's per-projection data, its number of
+  chunks on this shard and its row."""
+
+  plan: Plan
+  key: Any
+  aux: Any
+  n_chunks: Any
+  row: Row
 
 
 def _varying(x, axis):
@@ -100,31 +135,31 @@ def _shard(axis: str, n_local: int):
 
 def _members(group: Group, args: Sequence, seed_key, lo, hi, carry, body):
   """Runs ``body(member, carry) -> carry`` for each projection of
-  ``group`` in order (one compiled loop); a member has the bound plan, its
-  key, aux, number of chunks, float row and projection index."""
-  ints = jnp.asarray(group.ints, jnp.int32)
-  floats = jnp.asarray(group.floats, jnp.float32)
+  ``group`` in order (one compiled loop over its rows)."""
+  columns = group.columns()
   arrays = None
   if group.arrays >= 0:
     arrays = tuple(args[group.arrays:group.arrays + 4])
 
   def one(m, carry):
-    r, f = ints[m], floats[m]
-    plan = group.plan.bind((r[1], r[2]), (r[3], r[4]), r[5], f[0])
-    key = jax.random.fold_in(seed_key, r[7])
-    aux = plan.prepare(key, arrays)
-    n_chunks = (plan.n_units(aux, lo, hi) + plan.G - 1) // plan.G
-    return body(dict(plan=plan, key=key, aux=aux, n_chunks=n_chunks,
-                     floats=f, ints=r), carry)
-  return jax.lax.fori_loop(0, len(group.ints), one, carry)
+    row = jax.tree.map(lambda c: c[m], columns)
+    plan = group.plan.bind((row.pre_start, row.pre_stop),
+                           (row.post_start, row.post_stop), row.number, row.p)
+    rule = plan.rule
+    key = jax.random.fold_in(seed_key, row.index)
+    aux = rule.prepare(plan, key, arrays)
+    g = plan.units_per_chunk
+    n_chunks = (rule.n_units(plan, aux, lo, hi) + g - 1) // g
+    return body(Member(plan, key, aux, n_chunks, row), carry)
+  return jax.lax.fori_loop(0, len(group.rows), one, carry)
 
 
-def _local(m, i, lo, hi, n_pre):
+def _local(m: Member, i, lo, hi, n_pre) -> Units:
   """The chunk's draws; ``pre`` is ``n_pre`` (dropped) where the slot is
-  unused or its target lives on another shard."""
-  keys, pre, post, ok = m["plan"].units(i, m["aux"], m["key"], lo, hi)
-  ok = ok & (post >= lo) & (post < hi)
-  return keys, jnp.where(ok, pre, n_pre), post - lo, ok
+  unused or its target lives on another shard; ``post`` is local."""
+  u = m.plan.rule.units(m.plan, i, m.aux, m.key, lo, hi)
+  ok = u.ok & (u.post >= lo) & (u.post < hi)
+  return Units(u.keys, jnp.where(ok, u.pre, n_pre), u.post - lo, ok)
 
 
 def count_pass(specs: Sequence[Spec], *, seed: int, axis: str, n_local: int,
@@ -138,9 +173,9 @@ def count_pass(specs: Sequence[Spec], *, seed: int, axis: str, n_local: int,
     for group in groups(specs):
       def member(m, counts):
         def chunk(i, counts):
-          _, pre, _, _ = _local(m, i, lo, hi, n_pre)
+          pre = _local(m, i, lo, hi, n_pre).pre
           return counts.at[pre.ravel()].add(1, mode="drop")
-        return jax.lax.fori_loop(0, m["n_chunks"], chunk, counts)
+        return jax.lax.fori_loop(0, m.n_chunks, chunk, counts)
       counts = _members(group, args, seed_key, lo, hi, counts, member)
     indptr = jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(counts)])
     return indptr, indptr[-1:], counts.max(keepdims=True)
@@ -194,41 +229,55 @@ def _rank(pre, first, n_range):
   return order, sp, idx - run_start
 
 
-def _values(group, m, i, keys):
+def _values(group: Group, m: Member, i, keys, per_ms):
   """Weights (float32) and delays (steps, int32) of a chunk, ``[G, W]``."""
-  plan, f = m["plan"], m["floats"]
-  given = plan.values(i, m["aux"]) if group.arrays >= 0 else (None, None)
-  w, d = given
+  w, d = m.plan.rule.given(m.plan, i, m.aux)
   if w is None:
-    w = sample_encoded(group.families[0], f[1:5], keys, plan.W, stream=2)
+    w = sample_encoded(group.weight_family, m.row.weight, keys, m.plan.width,
+                       stream=2)
   if d is None:
-    ms = sample_encoded(group.families[1], f[5:9], keys, plan.W, stream=3)
-    # NEST's rounding (ld_round): floor(d * (1 / dt) + 0.5), half steps up.
-    d = jnp.floor(ms * f[9] + 0.5).astype(jnp.int32)
+    ms = sample_encoded(group.delay_family, m.row.delay, keys, m.plan.width,
+                        stream=3)
+    d = to_steps(ms, per_ms).astype(jnp.int32)
   return w, d
 
 
-def _write(out, m, i, lo, hi, n_pre, capacity, group):
-  """Writes one chunk in place: ``out`` = (post, weight, delay, receptor,
-  dmin, dmax, cursor); values are cast to the fields' dtypes (``receptor``
-  None: one receptor, nothing to write). A delay too large for its field
-  wraps, but ``dmax`` holds the true value (the caller checks it)."""
-  post_a, w_a, d_a, r_a, dmin, dmax, cursor = out
-  keys, pre, post, ok = _local(m, i, lo, hi, n_pre)
-  w, d = _values(group, m, i, keys)
-  order, sp, rank = _rank(pre.ravel(), m["ints"][1], group.pre_range)
+class Filling(NamedTuple):
+  """Pass 2's carry: the index fields being filled, each projection's
+  shortest and longest delay, and each presynaptic id's next free slot."""
+
+  post: jax.Array
+  weight: jax.Array
+  delay: jax.Array
+  receptor: jax.Array | None
+  dmin: jax.Array
+  dmax: jax.Array
+  cursor: jax.Array
+
+
+def _write(out: Filling, m: Member, i, lo, hi, n_pre, capacity, group,
+           per_ms) -> Filling:
+  """Writes one chunk in place; values are cast to the fields' dtypes
+  (``receptor`` None: one receptor, nothing to write). A delay too large
+  for its field wraps, but ``dmax`` holds the true value (the caller
+  checks it)."""
+  u = _local(m, i, lo, hi, n_pre)
+  w, d = _values(group, m, i, u.keys, per_ms)
+  order, sp, rank = _rank(u.pre.ravel(), m.row.pre_start, group.pre_range)
   j = jnp.minimum(sp, n_pre - 1)
-  pos = jnp.where(sp < n_pre, cursor[j] + rank, capacity)
-  put = lambda a, v: a.at[pos].set(v.ravel()[order].astype(a.dtype),
+  pos = jnp.where(sp < n_pre, out.cursor[j] + rank, capacity)
+  put = lambda a, v: a.at[pos].set(v.ravel()[order].astype(a.dtype),  # noqa: E731
                                    mode="drop")
-  p = m["ints"][0]
+  p = m.row.position
   big = jnp.iinfo(jnp.int32).max
-  if r_a is not None:
-    r_a = r_a.at[pos].set(m["ints"][6].astype(r_a.dtype), mode="drop")
-  return (put(post_a, post), put(w_a, w), put(d_a, d), r_a,
-          dmin.at[p].min(jnp.where(ok, d, big).min()),
-          dmax.at[p].max(jnp.where(ok, d, -1).max()),
-          cursor.at[pre.ravel()].add(1, mode="drop"))
+  rec = out.receptor
+  if rec is not None:
+    rec = rec.at[pos].set(m.row.receptor.astype(rec.dtype), mode="drop")
+  return Filling(put(out.post, u.post), put(out.weight, w),
+                 put(out.delay, d), rec,
+                 out.dmin.at[p].min(jnp.where(u.ok, d, big).min()),
+                 out.dmax.at[p].max(jnp.where(u.ok, d, -1).max()),
+                 out.cursor.at[u.pre.ravel()].add(1, mode="drop"))
 
 
 def fill_pass(specs: Sequence[Spec], *, seed: int, axis: str, n_local: int,
@@ -244,20 +293,19 @@ def fill_pass(specs: Sequence[Spec], *, seed: int, axis: str, n_local: int,
   def run(indptr, *args):
     lo, hi = _shard(axis, n_local)
     seed_key = jax.random.key(seed)
+    per_ms = jnp.float32(1.0 / dt)
     rec = dtypes["receptor"]
-    out = (jnp.full(capacity, n_local, dtypes["post"]),
-           jnp.zeros(capacity, jnp.float32),
-           jnp.zeros(capacity, dtypes["delay"]),
-           None if rec is None else jnp.zeros(capacity, rec),
-           jnp.full(n_proj, jnp.iinfo(jnp.int32).max, jnp.int32),
-           jnp.full(n_proj, -1, jnp.int32))
-    out = _varying(out, axis) + (indptr[:n_pre],)
+    out = _varying((jnp.full(capacity, n_local, dtypes["post"]),
+                    jnp.zeros(capacity, jnp.float32),
+                    jnp.zeros(capacity, dtypes["delay"]),
+                    None if rec is None else jnp.zeros(capacity, rec),
+                    jnp.full(n_proj, jnp.iinfo(jnp.int32).max, jnp.int32),
+                    jnp.full(n_proj, -1, jnp.int32)), axis)
+    out = Filling(*out, indptr[:n_pre])
     for group in groups(specs):
-      group = dataclasses.replace(group, floats=tuple(
-          (*row, 1.0 / dt) for row in group.floats))
       def member(m, out, group=group):
-        return jax.lax.fori_loop(0, m["n_chunks"], lambda i, out: _write(
-            out, m, i, lo, hi, n_pre, capacity, group), out)
+        return jax.lax.fori_loop(0, m.n_chunks, lambda i, out: _write(
+            out, m, i, lo, hi, n_pre, capacity, group, per_ms), out)
       out = _members(group, args, seed_key, lo, hi, out, member)
-    return out[:6]
+    return tuple(out)[:6]
   return run

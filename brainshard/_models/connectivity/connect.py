@@ -33,22 +33,15 @@ from jax.sharding import PartitionSpec as P
 from brainshard._scaleout.multihost import gather
 from brainshard._transforms.jit import jit
 from brainshard._transforms.shard_map.shard_map import shard_map
-from brainshard._models.connectivity.build import Spec, count_pass, fill_pass
-from brainshard._models.connectivity.parameters import Normal, Uniform, with_lower
-from brainshard._models.delivery.index import SynapseIndex, field_dtypes
+from brainshard._models.delays import (
+    check_dt, delay_steps, to_steps, too_short)
 from brainshard._models.layout import Layout
-from brainshard._models.connectivity.plans import (
-    BernoulliPlan, ExplicitPlan, InDegreePlan, OutDegreePlan,
-    TotalPlan)
-from brainshard._models.connectivity.rules import (
-    Explicit, FixedInDegree, FixedOutDegree, FixedTotalNumber,
-    PairwiseBernoulli, Projection)
+from brainshard._models.connectivity.build import Spec, count_pass, fill_pass
+from brainshard._models.connectivity.projection import Projection
+from brainshard._models.connectivity.rules import Explicit
+from brainshard._models.delivery.index import SynapseIndex, field_dtypes
 
 __all__ = ["connect", "synapses"]
-
-_PLANS = {FixedInDegree: InDegreePlan, FixedOutDegree: OutDegreePlan,
-          PairwiseBernoulli: BernoulliPlan, FixedTotalNumber: TotalPlan,
-          Explicit: ExplicitPlan}
 
 
 def _range(which: Any, layout: Layout, where: str) -> tuple[int, int]:
@@ -68,32 +61,17 @@ def _range(which: Any, layout: Layout, where: str) -> tuple[int, int]:
   return start, stop
 
 
-def _delay_steps(ms: float, dt: float) -> int:
-  # NEST: ld_round(ms * steps_per_ms); multiplying by 1/dt (not dividing by
-  # dt) keeps 0.15 ms at dt=0.1 exactly 1.5 steps, which rounds up.
-  return math.floor(ms * (1.0 / dt) + 0.5)
-
-
-def _explicit_arrays(rule: Explicit, pre, post, dt, where, padded):
-  n_pre, n_post = pre[1] - pre[0], post[1] - post[0]
-  for name, ids, n in (("pre", rule.pre, n_pre), ("post", rule.post, n_post)):
-    if ids.size and (ids.min() < 0 or ids.max() >= n):
-      raise ValueError(f"{where}: Explicit {name} ids must lie in [0, {n}) "
-                       f"(indices within the population), got "
-                       f"[{ids.min()}, {ids.max()}].")
-  pad = lambda a, dtype: jnp.asarray(np.pad(a.astype(dtype),
+def _explicit_arrays(rule: Explicit, dt: float, where: str, padded: int):
+  """The arrays an Explicit projection passes to the build, padded to
+  ``padded``: pre, post, weight or None, delay steps or None."""
+  pad = lambda a, dtype: jnp.asarray(np.pad(a.astype(dtype),  # noqa: E731
                                             (0, padded - a.size)))
   arrays = [pad(rule.pre, np.int32), pad(rule.post, np.int32), None, None]
   if rule.weight is not None:
     arrays[2] = pad(rule.weight, np.float32)
   if rule.delay is not None:
-    steps = np.floor(rule.delay * (1.0 / dt) + 0.5).astype(np.int64)
-    if steps.size and steps.min() < 1:
-      bad = int(np.argmin(steps))
-      raise ValueError(f"{where}: Explicit delay[{bad}] = {rule.delay[bad]} "
-                       f"ms rounds to {steps[bad]} steps of dt={dt} ms; "
-                       "delays must be >= dt.")
-    arrays[3] = pad(steps, np.int32)
+    arrays[3] = pad(delay_steps(rule.delay, dt, f"{where}: Explicit"),
+                    np.int32)
   return arrays
 
 
@@ -105,27 +83,20 @@ def _specs(projections, layout, dt) -> tuple[list[Spec], list, list[str]]:
     if not isinstance(proj, Projection):
       raise TypeError(f"projections[{i}] must be a bs.models.Projection, got "
                       f"{type(proj).__name__}.")
-    proj.check(i)
+    rule, weight, delay, receptor = proj.checked(i)
     where = proj.label(i)
     pre = _range(proj.pre, layout, f"{where}: pre")
     post = _range(proj.post, layout, f"{where}: post")
-    if isinstance(proj.delay, (int, float)):
-      if _delay_steps(proj.delay, dt) < 1:
-        raise ValueError(f"{where}: delay {proj.delay} ms rounds to "
-                         f"{_delay_steps(proj.delay, dt)} steps of dt={dt} "
-                         "ms; delays must be >= dt.")
-    rule = proj.rule
-    if (isinstance(rule, (FixedInDegree, FixedOutDegree)) and not
-        rule.autapses and rule.k and pre == post and pre[1] - pre[0] == 1):
-      raise ValueError(f"{where}: autapses=False leaves no partner in a "
-                       "population of one neuron.")
-    plan = _PLANS[type(rule)](rule, pre, post)
+    if delay.family == "const":
+      delay_steps(delay.largest(), dt, where)
+    rule.check(pre, post, where)
+    rule = rule.resolve(pre, post)
+    plan = rule.plan(pre, post)
     first = -1
     if isinstance(rule, Explicit):
       first = len(arrays)
-      arrays += _explicit_arrays(rule, pre, post, dt, where, plan.padded)
-    spec = Spec(plan, proj.weight, with_lower(proj.delay, 0.5 * dt),
-                int(proj.receptor), first, i)
+      arrays += _explicit_arrays(rule, dt, where, rule.padded(plan))
+    spec = Spec(plan, weight, delay.with_lower(0.5 * dt), receptor, first, i)
     if pre[1] > pre[0] and post[1] > post[0]:
       specs.append(spec)
       labels.append(where)
@@ -183,11 +154,13 @@ def connect(projections: Sequence[Projection], layout: Layout, *, dt: float,
   """
   mesh = _mesh(mesh)
   axis = _axis(mesh, axis, layout)
-  if not (isinstance(dt, (int, float)) and dt > 0):
-    raise ValueError(f"connect: dt must be a positive number (ms), got {dt!r}.")
-  if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+  dt = check_dt(dt, "connect")
+  if isinstance(seed, (bool, np.bool_)) or not isinstance(
+      seed, (int, np.integer)):
     raise TypeError(f"connect: seed must be an int, got {seed!r}.")
-  specs, arrays, labels = _specs(list(projections), layout, float(dt))
+  if not 0 <= seed < 2**63:
+    raise ValueError(f"connect: seed must be in [0, 2**63), got {seed}.")
+  specs, arrays, labels = _specs(list(projections), layout, dt)
   n_pre, n_local, S = layout.n_padded, layout.n_local, layout.n_shards
   kw = dict(seed=int(seed), axis=axis, n_local=n_local, n_pre=n_pre)
   args = [a for a in arrays if a is not None]
@@ -211,8 +184,7 @@ def connect(projections: Sequence[Projection], layout: Layout, *, dt: float,
     dmax = np.asarray(dmax).reshape(S, -1).max(0) if specs else np.ones(1)
     for label, lo_d in zip(labels, dmin):
       if lo_d < 1:
-        raise ValueError(f"{label}: a delay rounds to {lo_d} steps of "
-                         f"dt={dt} ms; delays must be >= dt.")
+        raise too_short(label, None, lo_d, dt)
     used = dmax >= 1  # projections with synapses
     max_delay = int(dmax[used].max()) if used.any() else 1
     want = field_dtypes(n_local, max_delay, n_receptors)["delay"]
@@ -241,29 +213,17 @@ def _fill(specs, dtypes, mesh, axis, capacity, dt, kw, arrays, indptr, args):
   return fill(indptr, *args)
 
 
-# A counter normal's |z| stays below 5.5 (its uniforms keep 2**-25 from 0
-# and 1); a bound above it only widens a dtype, never changes a delay.
-_Z_MAX = 6.5
-
-
 def _delay_bound(specs, arrays, dt: float) -> int:
-  """An upper bound of the delays' steps, from the projections' values: a
-  number itself, a distribution its upper redraw bound or (Normal) its
-  mean + 6.5 std, (Uniform) its high end; explicit delays their maximum."""
+  """An upper bound of the delays' steps, from the projections' values
+  (:meth:`~.parameters.Parameter.largest`; explicit delays their maximum)."""
   bound = 1
   for spec in specs:
     steps = arrays[spec.arrays + 3] if spec.arrays >= 0 else None
     if steps is not None:
       top = int(np.asarray(steps).max(initial=1))
     else:
-      d = spec.delay
-      if isinstance(d, Normal):
-        ms = min(d.upper, d.mean + _Z_MAX * d.std)
-      elif isinstance(d, Uniform):
-        ms = min(d.upper, d.high)
-      else:
-        ms = float(d)
-      top = _delay_steps(ms, dt) if math.isfinite(ms) else 2**31 - 1
+      ms = spec.delay.largest()
+      top = to_steps(ms, 1.0 / dt) if math.isfinite(ms) else 2**31 - 1
     bound = max(bound, top)
   return min(bound, 2**31 - 1)
 

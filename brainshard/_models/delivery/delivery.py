@@ -53,7 +53,8 @@ from brainshard._core.state.state import ParamState, ShortTermState
 from brainshard._simulation.monitors.records import SpikeData
 from brainshard._transforms.loops import for_loop
 from brainshard._transforms.shard_map.shard_map import shard_map
-from brainshard._models.delivery.push import deliver, ring_length
+from brainshard._models.delays import ring_length
+from brainshard._models.delivery.push import deliver
 from brainshard._models.delivery.events import EVENT_SIZES
 from brainshard._models.delivery.index import SynapseIndex
 

@@ -36,41 +36,11 @@ from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from brainshard._models.delivery.events import EVENT_SIZES, first_fired
 from brainshard._models.delivery.index import SynapseIndex
 
-__all__ = ["deliver", "deliver_ids", "deliver_windows", "delay_steps",
-           "ring_length"]
-
-
-def delay_steps(delay_ms: Any, dt: float) -> np.ndarray:
-  """Delays in ms as whole steps, as NEST converts them: ``round(d / dt)``
-  (halves up), and a delay that rounds to less than one step is an error.
-
-  >>> delay_steps([0.1, 0.06, 1.5], 0.1).tolist()
-  [1, 1, 15]
-  """
-  d = np.asarray(delay_ms, np.float64)
-  # d * (1 / dt), not d / dt: NEST scales by steps per ms (0.15 ms is 2
-  # steps at dt = 0.1, while 0.15 / 0.1 = 1.4999...).
-  steps = np.floor(d * (1.0 / dt) + 0.5).astype(np.int64)
-  if steps.size and steps.min() < 1:
-    bad = d.ravel()[np.argmin(steps.ravel())]
-    raise ValueError(
-        f"delay {bad} ms is below the time step dt = {dt} ms: a delay must "
-        f"round to at least one step (NEST: 'Delay must be greater than or "
-        f"equal to resolution').")
-  return steps
-
-
-def ring_length(max_delay: int, block: int = 1) -> int:
-  """Slots of the ring buffer: the largest delay rounded up to whole blocks
-  of ``block`` steps (the steps between spike exchanges), so a block's
-  slots are contiguous. A call clears the ``block`` slots it consumes before
-  adding its spikes to slots ``t + 1 .. t + max_delay``: no collision."""
-  return -(-max(1, int(max_delay)) // block) * block
+__all__ = ["deliver", "deliver_ids", "deliver_windows"]
 
 
 def _targets(index: SynapseIndex, take, t, shape) -> jax.Array:
