@@ -246,8 +246,7 @@ def parse(argv: list[str] | None):
                        "scale >= 0.5)")
   ap.add_argument("--warmup", type=float, default=100.0,
                   help="ms simulated (and compiled) before timing")
-  ap.add_argument("--repeats", type=int, default=3,
-                  help="rounds (default: %(default)s)")
+  ap.add_argument("--repeats", type=int, default=3)
   ap.add_argument("--repeats-large", type=int, default=1,
                   help="rounds at >= 400 k neurons and scale >= 0.5")
   ap.add_argument("--threads", type=int, default=None,
