@@ -12,10 +12,9 @@ Example:
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
+from benchmarks._harness import clock
 
 
 def stats(spikes: np.ndarray, dt_ms: float) -> dict:
@@ -48,11 +47,11 @@ def brainshard_run(model: str, n: int, k: int = 80, devices: int = 1,
   import jax
   from examples import cuba
   mesh = jax.make_mesh((devices,), ("x",), devices=jax.devices()[:devices])
-  t0 = time.perf_counter()
-  net = cuba.EINetwork(mesh, model, seed=seed, n=n, k=k, delay=delay,
-                       connectivity=connectivity, exchange=exchange)
-  jax.block_until_ready(net.v.value)
-  return time.perf_counter() - t0, net.run
+  with clock() as build:
+    net = cuba.EINetwork(mesh, model, seed=seed, n=n, k=k, delay=delay,
+                         connectivity=connectivity, exchange=exchange)
+    jax.block_until_ready(net.v.value)
+  return build.s, net.run
 
 
 def _kernels(model: str, n: int, k: int, connectivity: str, seed: int):
@@ -132,8 +131,9 @@ def pure_run(model: str, n: int, k: int = 80, connectivity: str = "stored",
   one device, with the library kernels the example runs; returns
   ``(build_s, run(ms) -> spikes)``."""
   import jax
-  t0 = time.perf_counter()
-  p, one, init = _network(model, n, k, connectivity, seed)
+  with clock() as build:
+    p, one, init = _network(model, n, k, connectivity, seed)
+    jax.block_until_ready(init)
   carry = [init]
 
   def make(length):
@@ -146,8 +146,7 @@ def pure_run(model: str, n: int, k: int = 80, connectivity: str = "stored",
 
     return run_chunk
 
-  jax.block_until_ready(carry[0])
-  return time.perf_counter() - t0, _chunked(p.dt, chunk, make)
+  return build.s, _chunked(p.dt, chunk, make)
 
 
 def pure_block_run(model: str, n: int, k: int = 80, delay: int = 2,
@@ -169,11 +168,12 @@ def pure_block_run(model: str, n: int, k: int = 80, delay: int = 2,
   import jax
   import jax.numpy as jnp
   from examples import cuba
-  t0 = time.perf_counter()
-  p, count, (v0, ge0, gi0) = _kernels(model, n, k, "stored", seed)
-  p = cuba.Params(model=model, n=n, k=k, delay=delay)
-  state = [(v0, ge0, gi0, jnp.zeros(n, jnp.int32),
-            jnp.zeros((delay, n), bool))]
+  with clock() as build:
+    p, count, (v0, ge0, gi0) = _kernels(model, n, k, "stored", seed)
+    p = cuba.Params(model=model, n=n, k=k, delay=delay)
+    state = [(v0, ge0, gi0, jnp.zeros(n, jnp.int32),
+              jnp.zeros((delay, n), bool))]
+    jax.block_until_ready(state[0])
 
   def block(c, _):
     v, ge, gi, ref, pending = c
@@ -217,8 +217,7 @@ def pure_block_run(model: str, n: int, k: int = 80, delay: int = 2,
       return np.zeros((0, n), bool)
     return np.concatenate(out).reshape(steps, n)
 
-  jax.block_until_ready(state[0])
-  return time.perf_counter() - t0, run
+  return build.s, run
 
 
 def brainstate_run(model: str, n: int, k: int = 80,
@@ -231,9 +230,10 @@ def brainstate_run(model: str, n: int, k: int = 80,
   import brainstate
   import jax
   import jax.numpy as jnp
-  t0 = time.perf_counter()
-  p, one, init = _network(model, n, k, connectivity, seed)
-  states = [brainstate.ShortTermState(x) for x in init]
+  with clock() as build:
+    p, one, init = _network(model, n, k, connectivity, seed)
+    states = [brainstate.ShortTermState(x) for x in init]
+    jax.block_until_ready([s.value for s in states])
 
   def step(_):
     new, spikes = one(tuple(s.value for s in states))
@@ -247,8 +247,7 @@ def brainstate_run(model: str, n: int, k: int = 80,
     xs = jnp.arange(length)
     return lambda: loop(xs)
 
-  jax.block_until_ready([s.value for s in states])
-  return time.perf_counter() - t0, _chunked(p.dt, chunk, make)
+  return build.s, _chunked(p.dt, chunk, make)
 
 
 def time_run(run, duration_ms: float, warm_ms: float | None = None,
@@ -262,8 +261,8 @@ def time_run(run, duration_ms: float, warm_ms: float | None = None,
   run(warm_ms)
   best, spikes = float("inf"), None
   for _ in range(repeats):
-    t0 = time.perf_counter()
-    out = run(duration_ms)
-    best = min(best, time.perf_counter() - t0)
+    with clock() as t:
+      out = run(duration_ms)
+    best = min(best, t.s)
     spikes = out if spikes is None else spikes
   return dict(s_per_sim_s=best / (duration_ms * 1e-3), spikes=spikes)

@@ -10,14 +10,12 @@ IMPL: ``bs-auto`` (bs.jit(bs.shard_map), donate_states='auto'), ``bs-false``
 with / without donate_argnums).
 """
 
-import os
+import json
 import sys
 
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                           " --xla_force_host_platform_device_count=8")
+from benchmarks._harness import fake_devices, peak_rss_mib, reset_peak, rss_mib
 
-import json  # noqa: E402
-import resource  # noqa: E402
+fake_devices(8)  # before JAX starts
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -26,33 +24,6 @@ from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 import brainshard as bs  # noqa: E402
 
 MIB = 2 ** 20
-
-
-def rss_mib() -> float:
-  with open("/proc/self/statm") as f:
-    return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / MIB
-
-
-def reset_peak() -> bool:
-  """Resets the kernel's peak-RSS mark (Linux >= 4.0), so the peak read
-  later belongs to the steps alone."""
-  try:
-    with open("/proc/self/clear_refs", "w") as f:
-      f.write("5")
-    return True
-  except OSError:
-    return False
-
-
-def peak_mib() -> float:
-  try:
-    with open("/proc/self/status") as f:
-      for line in f:
-        if line.startswith("VmHWM:"):
-          return int(line.split()[1]) / 1024
-  except OSError:
-    pass
-  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def main(impl: str, mib: int) -> dict:
@@ -90,11 +61,11 @@ def main(impl: str, mib: int) -> dict:
     sync = lambda: box[0]
   jax.block_until_ready(sync())
   base = rss_mib()  # the state is resident now, nothing else of size
-  exact = reset_peak()
+  exact = reset_peak()  # the peak read below belongs to the steps alone
   for _ in range(3):
     run()
     jax.block_until_ready(sync())
-  peak = peak_mib()
+  peak = peak_rss_mib()
   return dict(
       mib=mib, peak_reset=exact,
       rss_base_mib=base, rss_peak_mib=peak,

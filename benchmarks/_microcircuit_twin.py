@@ -42,7 +42,6 @@ Example (building takes seconds, hence the skips):
 from __future__ import annotations
 
 import collections
-import time
 
 import jax
 import jax.numpy as jnp
@@ -50,6 +49,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec as P, SingleDeviceSharding
 
+from benchmarks._harness import clock
 from brainshard._simulation.monitors import spikes as spk
 from brainshard._simulation.runner.chunked import chunk_lengths
 from brainshard._simulation.random.blocks import block_key
@@ -191,12 +191,12 @@ def twin_run(scale: float, k_scale: float, seed: int = 1, chunk: int = 500,
   each call continues the simulation and returns its spikes as sorted
   (global step, neuron) events, as ``Microcircuit.runner().run`` records
   them (``net`` and ``programs`` are on ``run``)."""
-  t0 = time.perf_counter()
-  net = network(scale, k_scale, seed, dt, index)
-  state = [net["state"]]
-  args = (net["index"], net["cdf"], net["i_e"])
-  jax.block_until_ready((state, args))
-  build_s = time.perf_counter() - t0
+  with clock() as build:
+    net = network(scale, k_scale, seed, dt, index)
+    state = [net["state"]]
+    args = (net["index"], net["cdf"], net["i_e"])
+    jax.block_until_ready((state, args))
+  build_s = build.s
   step, n = make_step(net), net["n"]
   programs: dict[int, object] = {}
   capacity: list[int | None] = [None]  # the Recorder's, kept between runs

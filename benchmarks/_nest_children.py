@@ -7,8 +7,8 @@ or ``_microcircuit_twin``, ``'nest'``) and the
 size. :func:`measure` runs it in this process: builds, simulates a warm-up
 (brainshard and the twin compile there), then times a run and reports
 build seconds, seconds and CPU seconds per simulated second, the process's
-peak RSS and the mean rate. :func:`in_child` runs :func:`measure` in a fresh
-process and adds the child's whole CPU time (user + sys, from the parent's
+own peak RSS (``VmHWM``, read before it exits) and the mean rate.
+:func:`in_child` runs :func:`measure` in a fresh process and adds the child's whole CPU time (user + sys, from the parent's
 ``RUSAGE_CHILDREN``): each process then has its own peak memory, and NEST's
 global kernel and JAX's thread pools never share one. A NEST child never
 imports JAX (the CUBA network comes from an ``.npz`` that an ``'export'``
@@ -29,9 +29,10 @@ import pathlib
 import resource
 import subprocess
 import sys
-import time
 
 import numpy as np
+
+from benchmarks._harness import clock, peak_rss_mib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # NEST 3.10 spends ~31 KB per neuron connected to a spike recorder (1.2 GB
@@ -49,23 +50,6 @@ def record_every(n: int) -> int:
   return -(-n // NEST_RECORD_CAP)
 
 
-def _cpu_s() -> float:
-  r = resource.getrusage(resource.RUSAGE_SELF)
-  return r.ru_utime + r.ru_stime
-
-
-def _peak_rss_mb() -> float:
-  """This process's peak RSS (MB): /proc's VmHWM where there is one.
-  ``getrusage``'s ``ru_maxrss`` survives ``execve``, so a child would report
-  its parent's peak when that is higher."""
-  try:
-    with open("/proc/self/status") as f:
-      return next(int(line.split()[1]) / 1024 for line in f
-                  if line.startswith("VmHWM:"))
-  except (OSError, StopIteration):
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def _cuba(spec: dict):
   """``(build_s, neurons recorded, run(ms) -> their spike count)`` of the
   CUBA network."""
@@ -73,10 +57,10 @@ def _cuba(spec: dict):
       spec.get("delay", 2)
   impl = spec["impl"]
   if impl == "nest":
-    from benchmarks import bench_nest
+    from benchmarks import _nest_cuba
     net = dict(np.load(spec["network"])) if spec.get("network") else None
     every = record_every(n)
-    build_s, run = bench_nest.nest_run("cuba", n, k, seed, delay,
+    build_s, run = _nest_cuba.nest_run("cuba", n, k, seed, delay,
                                        spec.get("threads"), network=net,
                                        record_every=every)
     return build_s, len(range(0, n, every)), lambda ms: run(ms, raster=False)
@@ -87,18 +71,17 @@ def _cuba(spec: dict):
   import jax
   from examples import cuba
   mesh = jax.make_mesh((1,), ("x",), devices=jax.devices()[:1])
-  t0 = time.perf_counter()
-  net = cuba.EINetwork(mesh, "cuba", seed=seed, n=n, k=k, delay=delay,
-                       exchange="delay")
-  jax.block_until_ready(net.v.value)
-  build_s = time.perf_counter() - t0
+  with clock() as build:
+    net = cuba.EINetwork(mesh, "cuba", seed=seed, n=n, k=k, delay=delay,
+                         exchange="delay")
+    jax.block_until_ready(net.v.value)
 
   def run(ms):  # EINetwork.run, counting instead of keeping the raster
     calls = int(round(ms / net.params.dt)) // net.steps_per_call
     return sum(int(np.asarray(c.out).sum())
                for c in net.loop(1000).iterate(calls))
 
-  return build_s, n, run
+  return build.s, n, run
 
 
 def _microcircuit(spec: dict):
@@ -114,10 +97,9 @@ def _microcircuit(spec: dict):
   import jax
   from examples.microcircuit import model
   mesh = jax.make_mesh((1,), ("x",), devices=jax.devices()[:1])
-  t0 = time.perf_counter()
-  mc = model.Microcircuit(mesh, n_scale=scale, k_scale=k_scale, seed=seed)
-  jax.block_until_ready(mc.v.value)
-  build_s = time.perf_counter() - t0
+  with clock() as build:
+    mc = model.Microcircuit(mesh, n_scale=scale, k_scale=k_scale, seed=seed)
+    jax.block_until_ready(mc.v.value)
   runner = mc.runner()
 
   def run(ms):
@@ -125,29 +107,28 @@ def _microcircuit(spec: dict):
     spikes = runner.run(duration=ms)["spikes"]
     return int(np.asarray(spikes.neurons).size)  # blocked or not: 1 a spike
 
-  return build_s, int(mc.net.neurons.sum()), run
+  return build.s, int(mc.net.neurons.sum()), run
 
 
 def _microcircuit_nest(scale, k_scale, seed, threads):
   """The microcircuit as ``examples.microcircuit.nest_reference`` builds it
   (NEST's own connection rules), timed run by run."""
-  from benchmarks import bench_nest
+  from benchmarks import _nest_cuba
   from examples.microcircuit import nest_reference as ref, params
-  nest = bench_nest._import_nest()
+  nest = _nest_cuba.import_nest()
   nest.ResetKernel()
   dt = 0.1
   nest.set(resolution=dt, rng_seed=int(seed), print_time=False,
            local_num_threads=threads or len(os.sched_getaffinity(0)))
   net = params.scaled(scale, k_scale)
-  t0 = time.perf_counter()
-  pops = ref._populations(nest, net)
-  ref._connect(nest, net, pops, dt)
-  recorders = nest.Create("spike_recorder", n=len(pops))
-  every = record_every(int(net.neurons.sum()))
-  for pop, rec in zip(pops, recorders):
-    nest.Connect(pop[::every], rec)
-  nest.Prepare()
-  build_s = time.perf_counter() - t0
+  with clock() as build:
+    pops = ref._populations(nest, net)
+    ref._connect(nest, net, pops, dt)
+    recorders = nest.Create("spike_recorder", n=len(pops))
+    every = record_every(int(net.neurons.sum()))
+    for pop, rec in zip(pops, recorders):
+      nest.Connect(pop[::every], rec)
+    nest.Prepare()
   recorded = sum(len(pop[::every]) for pop in pops)
   seen = [0]
 
@@ -157,7 +138,7 @@ def _microcircuit_nest(scale, k_scale, seed, threads):
     new, seen[0] = total - seen[0], total
     return new
 
-  return build_s, recorded, run
+  return build.s, recorded, run
 
 
 def measure(spec: dict) -> dict:
@@ -165,26 +146,24 @@ def measure(spec: dict) -> dict:
   workload ``spec`` names, in this process."""
   build = _cuba if spec["workload"] == "cuba" else _microcircuit
   build_s, n, run = build(spec)
-  t0 = time.perf_counter()
-  run(spec.get("warmup_ms", 100.0))
-  warm_s = time.perf_counter() - t0
+  with clock() as warm:
+    run(spec.get("warmup_ms", 100.0))
   ms = spec["duration_ms"]
-  cpu0, t0 = _cpu_s(), time.perf_counter()
-  spikes = run(ms)
-  wall = time.perf_counter() - t0
-  cpu = _cpu_s() - cpu0
-  return dict(impl=spec["impl"], build_s=build_s, warmup_s=warm_s,
-              s_per_sim_s=wall / ms * 1e3, cpu_s_per_sim_s=cpu / ms * 1e3,
-              peak_rss_mb=_peak_rss_mb(), rate_hz=spikes / n / ms * 1e3,
+  with clock() as timed:
+    spikes = run(ms)
+  return dict(impl=spec["impl"], build_s=build_s, warmup_s=warm.s,
+              s_per_sim_s=timed.s / ms * 1e3,
+              cpu_s_per_sim_s=timed.cpu_s / ms * 1e3,
+              peak_rss_mb=peak_rss_mib(), rate_hz=spikes / n / ms * 1e3,
               recorded=n,
               jax_imported="jax" in sys.modules)
 
 
 def export(spec: dict) -> dict:
-  """Writes the CUBA network (``bench_nest.export_network``) to
+  """Writes the CUBA network (``_nest_cuba.export_network``) to
   ``spec['network']`` for the NEST children."""
-  from benchmarks import bench_nest
-  np.savez(spec["network"], **bench_nest.export_network(
+  from benchmarks import _nest_cuba
+  np.savez(spec["network"], **_nest_cuba.export_network(
       "cuba", spec["n"], spec.get("k", 80), spec.get("seed", 0)))
   return dict(impl="export", network=spec["network"])
 
@@ -198,11 +177,12 @@ def in_child(spec: dict) -> dict:
   env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}"
   cmd = [sys.executable, "-m", "benchmarks", "nest", "--child",
          json.dumps(spec)]
+  # The child's CPU from the kernel's account of waited-for children (CPU
+  # seconds add up; its memory it reports itself, above).
   before = resource.getrusage(resource.RUSAGE_CHILDREN)
-  t0 = time.perf_counter()
-  proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True,
-                        text=True, check=False)
-  wall = time.perf_counter() - t0
+  with clock() as child:
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True,
+                          text=True, check=False)
   after = resource.getrusage(resource.RUSAGE_CHILDREN)
   if proc.returncode:
     lines = proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"]
@@ -211,7 +191,7 @@ def in_child(spec: dict) -> dict:
   out = json.loads(proc.stdout.strip().splitlines()[-1])
   out["child_cpu_s"] = (after.ru_utime - before.ru_utime
                         + after.ru_stime - before.ru_stime)
-  out["child_wall_s"] = wall
+  out["child_wall_s"] = child.s
   return out
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 
-BS = "brainshard"
+from benchmarks._dispatch import render_dispatch
+from benchmarks._harness.devices import FLAG
+from benchmarks._rows import BS, fmt_time
 
 GOALS = [  # (workload, impl, goal, what); a row's own "goal" wins
     ("dispatch", BS, "1.15 at N < 10, 1.05 from N = 10",
@@ -59,14 +61,6 @@ def _fmt_ratio(r: dict) -> str:
   return f"{r['ratio']:.2f} [{r['lo']:.2f}-{r['hi']:.2f}]"
 
 
-def _fmt_time(s: float) -> str:
-  if s >= 1:
-    return f"{s:.2f} s"
-  if s >= 1e-3:
-    return f"{s * 1e3:.2f} ms"
-  return f"{s * 1e6:.1f} us"
-
-
 def _by(results, workload):
   return [r for r in results if r.get("workload") == workload]
 
@@ -80,7 +74,7 @@ def _table(rows: list[dict], *, baseline_label: str) -> list[str]:
   for case, rs in cases.items():
     base = next((r for r in rs if "ratio" in r and r["impl"] == r["baseline"]), None)
     out.append(f"**{case}** (baseline `{rs[0]['baseline']}`"
-               + (f": {_fmt_time(base['time_s'])} per call)" if base else ")"))
+               + (f": {fmt_time(base['time_s'])} per call)" if base else ")"))
     out.append("")
     out.append("| implementation | ratio [IQR] | ratio of best times | time per call | goal |")
     out.append("| --- | --- | --- | --- | --- |")
@@ -95,87 +89,9 @@ def _table(rows: list[dict], *, baseline_label: str) -> list[str]:
           f"≤ {goal:.2f} {'met' if r['ratio'] <= goal else '**not met**'}")
       best = f"{r['best']:.2f}" if "best" in r else ""
       out.append(f"| {r['impl']} | {_fmt_ratio(r)} | {best} | "
-                 f"{_fmt_time(r['time_s'])} | {mark} |")
+                 f"{fmt_time(r['time_s'])} | {mark} |")
     out.append("")
   return out
-
-
-def _dispatch_matrix(rows: list[dict]) -> list[str]:
-  sizes = sorted({r["x"] for r in rows})
-  impls = list(OrderedDict((r["impl"], None) for r in rows if r["impl"] != r["baseline"]))
-  out = ["| implementation | " + " | ".join(f"N={n}" for n in sizes) + " |",
-         "| --- |" + " --- |" * len(sizes)]
-  base = {r["x"]: r for r in rows if r["impl"] == r["baseline"]}
-  label = rows[0]["baseline"] if rows else "jax.jit"
-  out.append(f"| `{label}` (baseline), time per call | " + " | ".join(
-      _fmt_time(base[n]["time_s"]) if n in base else "" for n in sizes) + " |")
-  for impl in impls:
-    cells = []
-    for n in sizes:
-      r = next((r for r in rows if r["impl"] == impl and r["x"] == n), None)
-      if r is None:
-        cells.append("")
-      elif "unavailable" in r:
-        cells.append("n/a")
-      else:
-        cells.append(f"{r['ratio']:.2f} ({_fmt_time(r['time_s'])})")
-    other = {r["baseline"] for r in rows if r["impl"] == impl} - {label}
-    vs = f" (vs `{other.pop()}`)" if other else ""
-    out.append(f"| {impl}{vs} | " + " | ".join(cells) + " |")
-  notes = {r["impl"]: r["unavailable"] for r in rows if "unavailable" in r}
-  for impl, why in notes.items():
-    out.append("")
-    out.append(f"{impl}: {why}")
-  return out
-
-
-def _per_state(rows: list[dict]) -> list[str]:
-  base = {r["x"]: r for r in rows if r["impl"] == r["baseline"]}
-  label = rows[0]["baseline"] if rows else "jax.jit"
-  out = [f"| N | {label} per state | brainshard per state | brainshard - "
-         f"{label} per state |",
-         "| --- | --- | --- | --- |"]
-  for r in rows:
-    if r["impl"] != BS or "time_s" not in r or r["x"] not in base:
-      continue
-    n, b = r["x"], base[r["x"]]["time_s"]
-    out.append(f"| {n} | {_fmt_time(b / n)} | {_fmt_time(r['time_s'] / n)} | "
-               f"{(r['time_s'] - b) / n * 1e6:+.2f} us |")
-  return out
-
-
-def plot_states(rows: list[dict], path: str) -> bool:
-  try:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-  except ImportError:
-    return False
-  fig, ax = plt.subplots(figsize=(6.4, 4.0))
-  impls = OrderedDict((r["impl"], None) for r in rows if "ratio" in r)
-  for impl in impls:
-    pts = sorted((r["x"], r["ratio"], r["lo"], r["hi"]) for r in rows
-                 if r["impl"] == impl and "ratio" in r)
-    if not pts:
-      continue
-    xs, ys, lo, hi = zip(*pts)
-    style = "-o" if impl.startswith(BS) else "--s"
-    ax.errorbar(xs, ys, yerr=[[y - l for y, l in zip(ys, lo)],
-                              [h - y for y, h in zip(ys, hi)]],
-                fmt=style, capsize=3, label=impl)
-  ax.axhline(1.15, color="gray", ls="--", lw=0.8, label="goal at N < 10 (1.15x)")
-  ax.axhline(1.05, color="gray", ls=":", label="goal from N = 10 (1.05x)")
-  ax.set_xscale("log")
-  ax.set_yscale("log")
-  ax.set_xlabel("number of states (float32[4] each, all read and written)")
-  ax.set_ylabel(f"time / {rows[0]['baseline'] if rows else 'jax.jit'} time")
-  ax.set_title("Dispatch cost vs number of states")
-  ax.legend(fontsize=7)
-  ax.grid(True, which="both", alpha=0.3)
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
-  return True
 
 
 def _peer_summary(rows: list[dict]) -> str:
@@ -274,8 +190,8 @@ def _profile(doc: dict) -> list[str]:
          "see JAX's C++ dispatch, which shows as the own time of the generated "
          "`entry` that makes the call).", ""]
   for label, p in prof.items():
-    out.append(f"**{label}**: brainshard {_fmt_time(p['brainshard_us'] / 1e6)}, "
-               f"direct {_fmt_time(p['direct_us'] / 1e6)} per call "
+    out.append(f"**{label}**: brainshard {fmt_time(p['brainshard_us'] / 1e6)}, "
+               f"direct {fmt_time(p['direct_us'] / 1e6)} per call "
                f"(ratio {p['ratio']:.3f}).")
     out.append("")
     out.append("| function | own µs per call | calls per call |")
@@ -303,7 +219,7 @@ def render(doc: dict, out_dir: str, analysis: str | None = None, *,
               if "dispatch_repeats" in meta else "") + _runs_said(meta)
   lines += [f"Measured {meta['date']} on {meta['platform']}, {meta['cpu_count']} "
             f"CPU cores, {meta['devices']} devices (faked with "
-            "`--xla_force_host_platform_device_count=8`), Python "
+            f"`{FLAG}=8`), Python "
             f"{meta['python']}, JAX {meta['jax']}, brainshard {meta['brainshard']}; "
             f"peers: {peers}. Mode: {'quick' if meta['quick'] else 'full'}, "
             f"{meta['repeats']} interleaved repeats{dispatch}; "
@@ -324,23 +240,7 @@ def render(doc: dict, out_dir: str, analysis: str | None = None, *,
   if analysis:
     lines += [analysis.strip(), ""]
 
-  disp = _by(results, "dispatch")
-  if disp:
-    lines += ["## 1. Dispatch with N small states", "",
-              "Each state is a `float32[4]`; the step reads and writes every one "
-              "(`s.value = s.value + 1`). Baseline: "
-              f"`{disp[0]['baseline']}` of `lambda vals: [v + 1 for v in vals]` "
-              "called as `vals = f(vals)`, donating the buffers as `bs.jit` "
-              "does; `jax.jit` without donation is an information row. "
-              "*A reference kept*: after each call the step keeps one state's "
-              "value (`v_now = states[0].value`), so that buffer cannot be "
-              "donated; its baseline is the same pure step keeping that "
-              "array and donating every other buffer. Ratio (time per call):",
-              ""]
-    lines += _dispatch_matrix(disp) + [""]
-    if plot_states(disp, os.path.join(out_dir, png_name)):
-      lines += [f"![ratio vs number of states]({png_name})", ""]
-    lines += ["### Overhead per state", ""] + _per_state(disp) + [""]
+  lines += render_dispatch(_by(results, "dispatch"), out_dir, png_name)
   sh = _by(results, "sharded")
   if sh:
     lines += ["## 2-3. A sharded stateful step (8 devices)", "",
@@ -365,7 +265,7 @@ def render(doc: dict, out_dir: str, analysis: str | None = None, *,
       per = [r for r in rows if "per_sim_second_s" in r]
       if per:
         lines += [f"Mean rate {per[0]['rate_hz']:.1f} Hz. Time per simulated second: "
-                  + ", ".join(f"{r['impl']} {_fmt_time(r['per_sim_second_s'])}"
+                  + ", ".join(f"{r['impl']} {fmt_time(r['per_sim_second_s'])}"
                               for r in per) + ".", ""]
     lines += _table(rows, baseline_label="jax.lax.scan")
   ex = _by(results, "cuba-example")
@@ -394,9 +294,9 @@ def render(doc: dict, out_dir: str, analysis: str | None = None, *,
       base = next(r for r in rs.values() if r["impl"] == r["baseline"])
       j = rs.get(f"{BS} bs.jit(bs.shard_map)")
       e = rs.get(f"{BS} bs.shard_map (eager)")
-      lines.append(f"| {k} | {_fmt_time(base['time_s'])} | "
-                   f"{_fmt_ratio(j)} ({_fmt_time(j['time_s'])}) | "
-                   f"{_fmt_ratio(e)} ({_fmt_time(e['time_s'])}) |")
+      lines.append(f"| {k} | {fmt_time(base['time_s'])} | "
+                   f"{_fmt_ratio(j)} ({fmt_time(j['time_s'])}) | "
+                   f"{_fmt_ratio(e)} ({fmt_time(e['time_s'])}) |")
     lines += [""]
   mem = _memory(results)
   if mem:

@@ -1,15 +1,15 @@
-"""The workloads. Each returns a list of result rows (dicts, see ``row``);
+"""The workloads of the suite (``python -m benchmarks``), by name in
+:data:`WORKLOADS`. Each returns a list of result rows (``_rows.row``);
 every timed row is a ratio against hand-threaded pure JAX timed interleaved
-with it in this process (benchmarks/_harness.py)."""
+with it in this process (benchmarks/_harness)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -18,157 +18,13 @@ import numpy as np
 import brainshard as bs
 from benchmarks import _models as M
 from benchmarks import _peers
-from benchmarks._harness import (Case, Timing, against, compare, compare_once,
-                                 release)
+from benchmarks._dispatch import PURE_DISPATCH, w_dispatch
+from benchmarks._harness import Case, compare, compare_once, release
+from benchmarks._rows import BS, BST, Ctx, add_peers, mesh_of, rows_for
 from benchmarks.bench_demo import cuba_example, w_demo
 from benchmarks.bench_guides import w_autodiff, w_vmap
 
 ROOT = Path(__file__).resolve().parent.parent
-
-BS = "brainshard"
-BST = "brainstate"
-NNX = "flax.nnx"
-
-
-@dataclass
-class Ctx:
-  quick: bool
-  peers: bool
-  repeats: int
-  log: Callable[[str], None] = print
-
-
-def row(workload: str, case: str, impl: str, t: Timing | None, base: Timing | None,
-        *, baseline: str, goal: float | None = None, x: float | None = None,
-        unavailable: str | None = None, **extra) -> dict:
-  r = dict(workload=workload, case=case, impl=impl, baseline=baseline,
-           goal=goal, x=x, **extra)
-  if unavailable is not None:
-    r["unavailable"] = unavailable
-  else:
-    r.update(ratio=t.ratio, lo=t.ratio_lo, hi=t.ratio_hi, best=t.ratio_best,
-             time_s=t.per_call_s, baseline_time_s=base.per_call_s,
-             number=t.number)
-  return r
-
-
-def mesh_of(k: int):
-  return jax.make_mesh((k,), ("x",), devices=jax.devices()[:k])
-
-
-def _peer_cases(ctx: Ctx, cases: dict, missing: dict, builders: dict) -> None:
-  """Adds each peer's case, or records why it is unavailable."""
-  if not ctx.peers:
-    return
-  for name, (builder, args) in builders.items():
-    try:
-      run, sync = _peers.call(builder, *args)
-      cases[name] = Case(run, sync)
-    except _peers.Unavailable as e:
-      missing[name] = str(e)
-
-
-def _rows(ctx, workload, case, timings, missing, baseline, *, goal_for=None,
-          x=None, **extra) -> list[dict]:
-  out = []
-  base = timings[baseline]
-  for impl, t in timings.items():
-    goal = goal_for(impl) if goal_for else None
-    r = row(workload, case, impl, t, base, baseline=baseline, goal=goal, x=x,
-            **extra)
-    out.append(r)
-    if impl != baseline:
-      ctx.log(f"  {workload:<10} {case:<22} {impl:<34} {t.ratio:6.3f}x "
-              f"[{t.ratio_lo:.3f}-{t.ratio_hi:.3f}] best {t.ratio_best:.3f} "
-              f"{t.per_call_s * 1e6:10.1f} us "
-              f"(base {base.per_call_s * 1e6:.1f} us)")
-  for impl, why in missing.items():
-    out.append(row(workload, case, impl, None, None, baseline=baseline, x=x,
-                   unavailable=why))
-    ctx.log(f"  {workload:<10} {case:<22} {impl:<34} unavailable: {why[:70]}")
-  return out
-
-
-# -- 1. dispatch with N small states ------------------------------------------------
-
-
-def dispatch_cases(n: int):
-  states, step = M.dispatch_step(n)
-
-  auto = bs.jit(step)
-  sync = lambda: states[0].value
-  # Each case its own states, as each pure case has its own arrays: a case
-  # sharing them writes them and reads one (its sync) between the other's
-  # batches, so that bs.jit's next call finds two lends and tests every
-  # State once more (donation.LENDS).
-  never_states, never_step = M.dispatch_step(n)
-  never = bs.jit(never_step, donate_states=False)
-  kept = kept_case(n)  # own states: its reference must not reach the others
-
-  return {"jax.jit": Case(*M.dispatch_pure(n, donate=False)),
-          PURE_DISPATCH: Case(*M.dispatch_pure(n)),
-          PURE_KEPT: Case(*M.dispatch_pure_kept(n)),
-          BS: Case(auto, sync),
-          f"{BS} (donate_states=False)": Case(
-              never, lambda: never_states[0].value),
-          BS_KEPT: kept}
-
-
-def kept_case(n: int) -> Case:
-  """``bs.jit`` of an N-State step in the notebook pattern: one State's
-  value read (and kept) after each step."""
-  states, step = M.dispatch_step(n)
-  kept, box = bs.jit(step), [None]
-
-  def keep_one():
-    kept()
-    box[0] = states[0].value
-  return Case(keep_one, lambda: states[0].value)
-
-
-PURE_DISPATCH = "jax.jit(donate_argnums)"
-# Three times the repeats for dispatch: its goals are 5% apart, and a batch
-# of a few-µs call swings by more than that (the median of 25 ratios moved
-# by ±0.05 between runs); each repeat costs only ~0.03 s per case.
-DISPATCH_REPEATS = 3
-PURE_KEPT = "jax.jit(donate_argnums, one kept)"
-BS_KEPT = f"{BS} (a reference kept)"
-
-
-def dispatch_goal(impl: str, n: int) -> float | None:
-  """Issue 24's floor: bs.jit's own (donating) rows; with a reference kept,
-  against the baseline that keeps that buffer too (N = 10 to 100);
-  donate_states=False is information."""
-  if impl == BS:
-    return 1.15 if n < 10 else 1.05
-  if impl == BS_KEPT:
-    return 1.10 if 10 <= n <= 100 else None
-  return None
-
-
-def w_dispatch(ctx: Ctx) -> list[dict]:
-  sizes = [1, 10, 100, 1000] if ctx.quick else [1, 3, 10, 30, 100, 300, 1000]
-  out = []
-  for n in sizes:
-    cases = dispatch_cases(n)
-    missing: dict[str, str] = {}
-    _peer_cases(ctx, cases, missing, {
-        f"{BST}.transform.jit": (_peers.bst_dispatch, (n,)),
-        "nnx.jit": (_peers.nnx_dispatch, (n,))})
-    # The goal's baseline donates, as bs.jit does: the same work. jax.jit
-    # without donation stays beside as an information row.
-    t = compare(cases, PURE_DISPATCH, repeats=DISPATCH_REPEATS * ctx.repeats,
-                target_s=0.01 if ctx.quick else 0.03)
-    # With a reference kept, the same work donates every buffer but that one.
-    kept = {PURE_KEPT: t[PURE_KEPT], BS_KEPT: against(t, BS_KEPT, PURE_KEPT)}
-    del t[BS_KEPT]
-    goal = lambda impl: dispatch_goal(impl, n)  # noqa: E731
-    out += _rows(ctx, "dispatch", f"N={n}", t, missing, PURE_DISPATCH, x=n,
-                 goal_for=goal)
-    out += _rows(ctx, "dispatch", f"N={n}", kept, {}, PURE_KEPT, x=n,
-                 goal_for=goal)[1:]  # its baseline is already a row
-    release(cases)
-  return out
 
 
 # -- 2/3. a sharded stateful step: under bs.jit, and eagerly ---------------------------
@@ -223,7 +79,7 @@ def w_sharded(ctx: Ctx) -> list[dict]:
     cases, missing = sharded_cases(n, mesh, ctx)
     t = compare(cases, "jax.jit(jax.shard_map)", repeats=_sharded_repeats(ctx),
                 target_s=0.01, max_number=MAX_INFLIGHT)
-    out += _rows(ctx, "sharded", f"n={n}, 8 devices", t, missing,
+    out += rows_for(ctx, "sharded", f"n={n}, 8 devices", t, missing,
                  "jax.jit(jax.shard_map)", goal_for=_sharded_goal, x=n)
     release(cases)
   return out
@@ -243,11 +99,11 @@ def w_loops(ctx: Ctx) -> list[dict]:
            f"{BS} bs.jit(bs.for_loop)": Case(lambda: prog(xs),
                                              lambda: sim.v.value)}
   missing: dict[str, str] = {}
-  _peer_cases(ctx, cases, missing, {
+  add_peers(ctx, cases, missing, {
       f"{BST} jit(for_loop)": (_peers.bst_sim, (n, xs)),
       "nnx.jit(nnx.scan)": (_peers.nnx_sim, (n, xs))})
   t = compare(cases, "jax.lax.scan", repeats=ctx.repeats, target_s=0.05)
-  out += _rows(ctx, "for_loop", f"{steps} steps, n={n}", t, missing,
+  out += rows_for(ctx, "for_loop", f"{steps} steps, n={n}", t, missing,
                "jax.lax.scan",
                goal_for=lambda i: 1.05 if i.startswith(BS) else None, x=steps)
 
@@ -260,14 +116,14 @@ def w_loops(ctx: Ctx) -> list[dict]:
            f"{BS} bs.jit(bs.for_loop)": Case(lambda: cprog(ts),
                                              lambda: net.states["v"].value)}
   missing = {}
-  _peer_cases(ctx, cases, missing, {f"{BST} jit(for_loop)": (_peers.bst_cuba, (ts,))})
+  add_peers(ctx, cases, missing, {f"{BST} jit(for_loop)": (_peers.bst_cuba, (ts,))})
   t = compare(cases, "jax.lax.scan", repeats=max(5, ctx.repeats // 2),
               target_s=0.05)
   sim_s = steps * M.CUBA["dt"] / 1000.0
   fresh = M.CubaBs(0)  # the rate of one run from the initial conditions
   counts = np.asarray(fresh.program()(ts))
   rate = counts.sum() / (M.CUBA["n"] * sim_s)
-  rows = _rows(ctx, "cuba", f"{steps} steps ({sim_s:g} s)", t, missing,
+  rows = rows_for(ctx, "cuba", f"{steps} steps ({sim_s:g} s)", t, missing,
                "jax.lax.scan", goal_for=lambda i: 1.05 if i.startswith(BS) else None,
                x=steps)
   for r in rows:
@@ -313,7 +169,7 @@ def w_first_call(ctx: Ctx) -> list[dict]:
     except _peers.Unavailable as e:
       missing[f"{BST} jit(shard_map)"] = str(e)
   t = compare_once(makers, "jax.jit(jax.shard_map)", repeats=repeats)
-  out += _rows(ctx, "first-call", "sharded LIF step", t, missing,
+  out += rows_for(ctx, "first-call", "sharded LIF step", t, missing,
                "jax.jit(jax.shard_map)",
                goal_for=lambda i: 1.5 if i.startswith(BS) else None)
 
@@ -329,7 +185,7 @@ def w_first_call(ctx: Ctx) -> list[dict]:
 
   t = compare_once({PURE_DISPATCH: pure_many, BS: bs_many}, PURE_DISPATCH,
                    repeats=repeats)
-  out += _rows(ctx, "first-call", f"N={k} states", t, {}, PURE_DISPATCH,
+  out += rows_for(ctx, "first-call", f"N={k} states", t, {}, PURE_DISPATCH,
                goal_for=lambda i: 1.5 if i == BS else None)
 
   if hasattr(bs, "for_loop"):
@@ -345,7 +201,7 @@ def w_first_call(ctx: Ctx) -> list[dict]:
 
     t = compare_once({"jax.lax.scan": pure_sim, f"{BS} bs.jit(bs.for_loop)": bs_sim},
                      "jax.lax.scan", repeats=repeats)
-    out += _rows(ctx, "first-call", "1000-step for_loop", t, {}, "jax.lax.scan",
+    out += rows_for(ctx, "first-call", "1000-step for_loop", t, {}, "jax.lax.scan",
                  goal_for=lambda i: 1.5 if i.startswith(BS) else None)
   return out
 
@@ -373,7 +229,7 @@ def w_devices(ctx: Ctx) -> list[dict]:
     cases = devices_cases(8 * 512, k)
     t = compare(cases, "jax.jit(jax.shard_map)", repeats=_sharded_repeats(ctx),
                 target_s=0.01, max_number=MAX_INFLIGHT)
-    out += _rows(ctx, "devices", f"{k} device(s)", t, {},
+    out += rows_for(ctx, "devices", f"{k} device(s)", t, {},
                  "jax.jit(jax.shard_map)", goal_for=_sharded_goal, x=k)
     release(cases)
   return out
@@ -394,7 +250,6 @@ def w_memory(ctx: Ctx) -> list[dict]:
       out.append(dict(workload="memory", case=f"{mib} MiB", impl=impl,
                       unavailable=proc.stderr.strip().splitlines()[-1][:200]))
       continue
-    import json
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     r.update(workload="memory", case=f"{mib} MiB state over 8 devices", impl=impl)
     out.append(r)

@@ -25,16 +25,13 @@ Usage:  python -m benchmarks autodiff [--repeats 15] [--json FILE]
 
 from __future__ import annotations
 
-import argparse
-import json
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
 import brainshard as bs
-from benchmarks._harness import Case, compare
+from benchmarks._harness import Case, compare, parser, write_json
 from benchmarks._peers import Unavailable, _import
 
 WIDTH, BATCH, LR = 32, 16, 1e-3
@@ -290,20 +287,16 @@ def _report(name: str, timings: dict) -> dict:
 
 
 def main(argv=None) -> dict:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--repeats", type=int, default=15)
-  parser.add_argument("--states", default="10,100")
-  parser.add_argument("--neurons", type=int, default=256)
-  parser.add_argument("--steps", type=int, default=1000)
-  parser.add_argument("--json", help="also write the results to this file")
-  args = parser.parse_args(argv)
+  ap = parser(__doc__, repeats=15, json=True)
+  ap.add_argument("--states", default="10,100")
+  ap.add_argument("--neurons", type=int, default=256)
+  ap.add_argument("--steps", type=int, default=1000)
+  args = ap.parse_args(argv)
   print(f"jax {jax.__version__} on {jax.devices()[0].platform}; ratio = time "
         "/ pure JAX (median over interleaved repeats [quartiles])")
   out = {}
   for n in map(int, args.states.split(",")):
     out[f"train-{n}"] = run_train(n, args.repeats)
   out[f"bptt-{args.steps}"] = run_bptt(args.neurons, args.steps, args.repeats)
-  if args.json:
-    with open(args.json, "w") as f:
-      json.dump(out, f, indent=2)
+  write_json(args.json, out)
   return out

@@ -15,16 +15,15 @@ Example (the Brian2 network, built and run 1 ms):
 
 from __future__ import annotations
 
-import argparse
 import os
 import pathlib
 import platform
 import shutil
-import time
 
 import numpy as np
 
 from benchmarks import _ei
+from benchmarks._harness import clock, parser
 
 
 def brian2_target() -> str:
@@ -48,7 +47,6 @@ def brian2_run(model: str, n: int, k: int = 80, seed: int = 0,
   b2.prefs.codegen.target = target or brian2_target()
   b2.start_scope()
   b2.defaultclock.dt = p.dt * b2.ms
-  t0 = time.perf_counter()
   ms, mV = b2.ms, b2.mV
   ns = dict(taum=p.taum * ms, taue=p.taue * ms, taui=p.taui * ms,
             El=p.el * mV, Ee=p.e_exc * mV, Ei=p.e_inh * mV, I=p.drive * mV)
@@ -62,27 +60,29 @@ def brian2_run(model: str, n: int, k: int = 80, seed: int = 0,
              dge/dt = -ge / taue : 1
              dgi/dt = -gi / taui : 1"""
     method, we, wi = "exponential_euler", f"ge += {p.we}", f"gi += {p.wi}"
-  g = b2.NeuronGroup(n, eqs, threshold=f"v > {p.v_th} * mV",
-                     reset=f"v = {p.v_reset} * mV", refractory=p.t_ref * ms,
-                     method=method, namespace=ns)
-  pre = np.asarray(bm.hashed_presynaptic(jnp.arange(n), k, n=n, n_exc=p.n_exc, k=k,
-                                  seed=seed))
-  post = np.repeat(np.arange(n), k).reshape(n, k)
-  k_exc = int(round(0.8 * k))
-  se = b2.Synapses(g, g, on_pre=we)
-  se.connect(i=pre[:, :k_exc].ravel(), j=post[:, :k_exc].ravel())
-  si = b2.Synapses(g, g, on_pre=wi)
-  si.connect(i=pre[:, k_exc:].ravel(), j=post[:, k_exc:].ravel())
-  rng = bs.RandomState(seed)  # the example's initial conditions
-  if model == "cuba":
-    g.v = np.asarray(rng.uniform(p.v_reset, p.v_th, size=n)) * mV
-  else:
-    g.v = np.asarray(rng.normal(-55.0, 5.0, size=n)) * mV
-    g.ge = np.asarray(rng.normal(4.0, 1.5, size=n))
-    g.gi = np.asarray(rng.normal(20.0, 12.0, size=n))
-  mon = b2.SpikeMonitor(g)
-  net = b2.Network(g, se, si, mon)
-  build_s = time.perf_counter() - t0
+  # The build: Brian2's objects, the example's table and initial conditions.
+  with clock() as build:
+    g = b2.NeuronGroup(n, eqs, threshold=f"v > {p.v_th} * mV",
+                       reset=f"v = {p.v_reset} * mV", refractory=p.t_ref * ms,
+                       method=method, namespace=ns)
+    pre = np.asarray(bm.hashed_presynaptic(jnp.arange(n), k, n=n, n_exc=p.n_exc, k=k,
+                                    seed=seed))
+    post = np.repeat(np.arange(n), k).reshape(n, k)
+    k_exc = int(round(0.8 * k))
+    se = b2.Synapses(g, g, on_pre=we)
+    se.connect(i=pre[:, :k_exc].ravel(), j=post[:, :k_exc].ravel())
+    si = b2.Synapses(g, g, on_pre=wi)
+    si.connect(i=pre[:, k_exc:].ravel(), j=post[:, k_exc:].ravel())
+    rng = bs.RandomState(seed)  # the example's initial conditions
+    if model == "cuba":
+      g.v = np.asarray(rng.uniform(p.v_reset, p.v_th, size=n)) * mV
+    else:
+      g.v = np.asarray(rng.normal(-55.0, 5.0, size=n)) * mV
+      g.ge = np.asarray(rng.normal(4.0, 1.5, size=n))
+      g.gi = np.asarray(rng.normal(20.0, 12.0, size=n))
+    mon = b2.SpikeMonitor(g)
+    net = b2.Network(g, se, si, mon)
+  build_s = build.s
   done = [0]
 
   def run(duration_ms):
@@ -113,7 +113,7 @@ def compare(model: str, n: int, duration_ms: float, seeds=(0,)) -> list[dict]:
 
 
 def main(argv=None) -> list[dict]:
-  ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  ap = parser(__doc__)
   ap.add_argument("--neurons", type=int, default=4000)
   ap.add_argument("--duration", type=float, default=1.0, help="seconds")
   ap.add_argument("--seeds", type=int, default=2)

@@ -24,14 +24,14 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
 import tempfile
-import time
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+from benchmarks._harness import clock, fake_devices, parser
+
+fake_devices(8)  # before JAX starts
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -111,9 +111,9 @@ def numpy_case(states, root):
 
 
 def timed(fn, i) -> float:
-  t0 = time.perf_counter()
-  fn(i)
-  return time.perf_counter() - t0
+  with clock() as t:
+    fn(i)
+  return t.s
 
 
 def run(gib: float, repeats: int, root: str) -> dict:
@@ -146,13 +146,12 @@ def run(gib: float, repeats: int, root: str) -> dict:
 
 
 def main(argv=None) -> dict:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--gib", type=float, default=1.0,
-                      help="GiB of State (smaller for a quick run)")
-  parser.add_argument("--repeats", type=int, default=5)
-  parser.add_argument("--dir", default=None,
-                      help="where to write (default: a temporary directory)")
-  args = parser.parse_args(argv)
+  ap = parser(__doc__, repeats=5)
+  ap.add_argument("--gib", type=float, default=1.0,
+                  help="GiB of State (smaller for a quick run)")
+  ap.add_argument("--dir", default=None,
+                  help="where to write (default: a temporary directory)")
+  args = ap.parse_args(argv)
   root = tempfile.mkdtemp(prefix="bench_ckpt_", dir=args.dir)
   try:
     report = run(args.gib, args.repeats, root)

@@ -9,31 +9,23 @@ process's CPU time (user + system) over the call, which a loaded machine
 inflates less.
 
 Example:
-  python -c "from benchmarks.bench_connectivity import main; main()"
-  python -c "from benchmarks.bench_connectivity import main; \
-main(['--neurons', '20000', '--k', '50', '--devices', '1'])"
-  python -c "from benchmarks.bench_connectivity import main; \
-main(['--rule', 'microcircuit', '--scale', '0.1', '--k-scale', '1'])"
+  python -m benchmarks connectivity
+  python -m benchmarks connectivity --neurons 20000 --k 50 --devices 1
+  python -m benchmarks connectivity --rule microcircuit --scale 0.1 --k-scale 1
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import subprocess
 import sys
 
+from benchmarks._harness import (clock, device_env, parser, peak_rss_mib,
+                                 rss_mib)
+
 __all__ = ["main", "measure"]
 
-
-def _status(field: str) -> int:
-  """``field`` of /proc/self/status in bytes (Linux)."""
-  with open("/proc/self/status") as f:
-    for line in f:
-      if line.startswith(field + ":"):
-        return int(line.split()[1]) * 1024
-  raise RuntimeError(f"no {field} in /proc/self/status")
+MIB = 2**20
 
 
 def microcircuit(bm, scale: float, k_scale: float):
@@ -82,26 +74,21 @@ def _child(neurons: int, k: int, devices: int, rule: str) -> dict:
 
 
 def _run(bm, jax, lay, proj, mesh, row: dict) -> dict:
-  import resource
-  import time
-  base = _status("VmRSS")
-  cpu = lambda: sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
-  t0, c0 = time.perf_counter(), cpu()
-  idx = bm.connect(proj, lay, dt=0.1, seed=0, mesh=mesh, axis="x")
-  jax.block_until_ready(idx)
-  seconds, cpu_s = time.perf_counter() - t0, cpu() - c0
-  peak = _status("VmHWM") - base
-  return dict(row, synapses=int(idx.count.sum()), build_s=round(seconds, 2),
-              cpu_s=round(cpu_s, 2),
-              index_mb=round(idx.nbytes / 2**20, 1),
-              peak_above_base_mb=round(peak / 2**20, 1),
-              peak_over_index=round(peak / idx.nbytes, 2))
+  base = rss_mib()
+  with clock() as build:
+    idx = bm.connect(proj, lay, dt=0.1, seed=0, mesh=mesh, axis="x")
+    jax.block_until_ready(idx)
+  peak = peak_rss_mib() - base
+  return dict(row, synapses=int(idx.count.sum()), build_s=round(build.s, 2),
+              cpu_s=round(build.cpu_s, 2),
+              index_mb=round(idx.nbytes / MIB, 1),
+              peak_above_base_mb=round(peak, 1),
+              peak_over_index=round(peak * MIB / idx.nbytes, 2))
 
 
 def measure(neurons: int, k: int, devices: int, rule: str = "in") -> dict:
   """One case in a child process with ``devices`` faked CPU devices."""
-  env = dict(os.environ, XLA_FLAGS=(
-      f"--xla_force_host_platform_device_count={devices}"))
+  env = device_env(devices)
   code = ("import json, sys; from benchmarks.bench_connectivity import _child;"
           f"print(json.dumps(_child({neurons}, {k}, {devices}, {rule!r})))")
   out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
@@ -110,7 +97,7 @@ def measure(neurons: int, k: int, devices: int, rule: str = "in") -> dict:
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap = parser(__doc__)
   ap.add_argument("--neurons", type=int, default=100_000)
   ap.add_argument("--k", type=int, default=100, help="in-degree")
   ap.add_argument("--devices", type=int, nargs="+", default=[1, 8])

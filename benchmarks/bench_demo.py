@@ -20,18 +20,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks._harness import device_env
+
 ROOT = Path(__file__).resolve().parent.parent
 COUNTS = (1, 8)
 _PER_SIM = re.compile(r"([0-9.]+) s per simulated second")
 
 
 def _env() -> dict:
-  """The environment without the benchmark process's faked-device flag."""
-  env = dict(os.environ, PYTHONPATH=str(ROOT))
-  flags = [f for f in env.get("XLA_FLAGS", "").split()
-           if not f.startswith("--xla_force_host_platform_device_count")]
-  env["XLA_FLAGS"] = " ".join(flags)
-  return env
+  """The environment without the benchmark process's faked-device flag:
+  the example fakes its own (``--devices``)."""
+  return device_env(None, dict(os.environ, PYTHONPATH=str(ROOT)))
 
 
 def run_demo(devices: int, timeout: float = 300) -> tuple[float | None, list[str]]:

@@ -14,16 +14,14 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import brainshard as bs
+from benchmarks._harness import clock, parser, write_json
 
 DECAY, THRESHOLD, RESET = 0.95, 1.0, 0.0
 
@@ -77,12 +75,10 @@ def hlo_stats(compiled) -> dict:
 
 
 def main(argv=None) -> dict:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--n", type=int, default=1024)
-  parser.add_argument("--steps", type=int, default=2000)
-  parser.add_argument("--repeats", type=int, default=15)
-  parser.add_argument("--json", help="also write the results to this file")
-  args = parser.parse_args(argv)
+  ap = parser(__doc__, repeats=15, json=True)
+  ap.add_argument("--n", type=int, default=1024)
+  ap.add_argument("--steps", type=int, default=2000)
+  args = ap.parse_args(argv)
 
   w, drives = make_inputs(args.n, args.steps)
   net = Network(w)
@@ -97,14 +93,14 @@ def main(argv=None) -> dict:
   assert int(net.count.value) == int(count)
 
   def time_loop():
-    t0 = time.perf_counter()
-    jax.block_until_ready(run_loop(drives))
-    return time.perf_counter() - t0
+    with clock() as t:
+      jax.block_until_ready(run_loop(drives))
+    return t.s
 
   def time_scan():
-    t0 = time.perf_counter()
-    jax.block_until_ready(scan_reference(w, init, drives))
-    return time.perf_counter() - t0
+    with clock() as t:
+      jax.block_until_ready(scan_reference(w, init, drives))
+    return t.s
 
   loop_times, scan_times = [], []
   for i in range(args.repeats + 2):
@@ -131,7 +127,5 @@ def main(argv=None) -> dict:
   print(f"  ratio:                      {result['ratio']:8.3f}  (goal <= 1.05)")
   print(f"  optimized HLO  for_loop: {result['for_loop_hlo']}  "
         f"lax.scan: {result['lax_scan_hlo']}")
-  if args.json:
-    with open(args.json, "w") as f:
-      json.dump(result, f, indent=2)
+  write_json(args.json, result)
   return result

@@ -1,211 +1,281 @@
-"""NEST 3.10 as a peer for the CUBA / COBA example (examples.cuba) on the
-SAME network: the example's connectivity table, initial conditions and
-parameters, exported to NEST (``iaf_psc_exp`` / ``iaf_cond_exp``).
+"""``python -m benchmarks nest``: brainshard, its pure-JAX twin and NEST 3
+on the same networks, one table.
 
-How the example's conventions map onto NEST's (see docs/nest.md):
+Rows: the CUBA network of ``examples.cuba`` (``--delay 2``, NEST's 0.1 ms)
+at 4 k / 40 k / 400 k neurons (80 inputs each; NEST gets the example's own
+connectivity table and initial potentials, exported) and the Potjans &
+Diesmann microcircuit (``examples.microcircuit``; NEST builds it with its
+own rules from ``nest_reference``, so the synapses are drawn alike, not the
+same) at ``--scales``. How the example maps onto NEST is
+:mod:`benchmarks._nest_cuba`. The twins: ``_ei.pure_block_run`` (CUBA) and
+``_microcircuit_twin`` (the example's synapses and spikes, no State, jit,
+shard_map or Runner). Each measurement is a fresh process
+(:mod:`benchmarks._nest_children`); the implementations alternate (A B C,
+B C A, ...), ``--repeats`` rounds (``--repeats-large`` at 400 k neurons and
+at scale >= 0.5), and the table gives each figure's median over the rounds
+and the ratios brainshard / twin and brainshard / NEST of the medians.
+NEST runs with as many threads as this process has cores and
+``OMP_WAIT_POLICY=passive``; brainshard and the twin on one JAX device (a
+GPU where JAX has one: the one-command GPU run of the full microcircuit is
+``python -m benchmarks nest --only microcircuit --impls brainshard
+--scales 1.0``).
 
-- delay: the example's ``--delay D`` (steps) is NEST's ``(D - 1) * dt`` ms.
-  NEST stamps a threshold crossing in the update from t to t+h with t+h and
-  adds the weight to the target's current at stamp + delay, *after* that
-  update's membrane step; the example adds arrivals *before* the membrane
-  step. So NEST's smallest delay, one step, is the example's ``--delay 2``,
-  and the example's ``--delay 1`` has no NEST equivalent.
-- refractoriness: NEST holds V for ``round(t_ref / h)`` steps after a spike,
-  the example (like Brian2) for ``ref_steps - 1``; NEST gets
-  ``t_ref - dt`` (4.9 ms for the example's 5 ms).
-- units (CUBA): with ``C_m = tau_m`` (pF, ms) a current of x pA moves v as
-  an input of x mV does in the example, so the weights are the example's mV.
-  COBA: ``g_L = 1 nS``, ``C_m = tau_m`` pF, conductances in nS = the
-  example's units of the leak conductance, ``I_e = drive`` pA.
+Writes ``benchmarks/results/nest.{md,json}`` (``--out``); ``--docs`` also replaces the
+generated table in docs/nest.md. The 1-minute load average is recorded
+before every run and stated with the table.
 
-Run NEST in its own process where timings matter: its kernel is global,
-and ``OMP_WAIT_POLICY=passive`` must be set before ``import nest`` (without
-it NEST's threads spin and run 4-12x slower on a shared machine).
-``python -m benchmarks nest`` times NEST, brainshard and its pure-JAX twin
-on this network (and the microcircuit) in interleaved child processes
-(:mod:`benchmarks._nest_table`).
-
-Example (the NEST network, built and run 1 ms):
-  >>> import pytest; nest = pytest.importorskip('nest')  # doctest: +SKIP
-  >>> build_s, run = nest_run('cuba', 400)  # doctest: +SKIP
-  >>> run(1.0).shape  # doctest: +SKIP
-  (10, 400)
+Example (the figures of two runs, as the table cell gives them):
+  >>> _median([dict(s_per_sim_s=1.0), dict(s_per_sim_s=3.0)], 's_per_sim_s')
+  2.0
 """
 
 from __future__ import annotations
 
+import datetime
+import importlib.metadata
+import importlib.util
+import json
 import os
-import time
+import pathlib
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
 
-import numpy as np
+from benchmarks import _nest_children
+from benchmarks._harness import parser
 
-
-def nest_delay_ms(delay_steps: int, dt: float = 0.1) -> float:
-  """NEST's delay (ms) for the example's ``--delay`` (steps): one step less.
-
-  >>> nest_delay_ms(2)
-  0.1
-  """
-  if delay_steps < 2:
-    raise ValueError(f"the example's --delay {delay_steps} has no NEST "
-                     "equivalent: NEST's smallest delay (one step) is the "
-                     "example's --delay 2")
-  return round((delay_steps - 1) * dt, 10)
-
-
-def nest_params(p) -> dict:
-  """The NEST neuron parameters of the example's ``cuba.Params``.
-
-  >>> from examples import cuba
-  >>> nest_params(cuba.Params())['t_ref']
-  4.9
-  """
-  # NEST holds V for round(t_ref / h) steps, the example for ref_steps - 1.
-  t_ref = round((p.ref_steps - 1) * p.dt, 10)
-  common = dict(E_L=p.el, V_th=p.v_th, V_reset=p.v_reset, t_ref=t_ref,
-                tau_syn_ex=p.taue, tau_syn_in=p.taui)
-  if p.model == "cuba":  # C_m = tau_m: pA / pF * ms = mV
-    return dict(common, C_m=p.taum, tau_m=p.taum, I_e=0.0)
-  # g_L = 1 nS and C_m = tau_m pF give tau_m ms; conductances in nS.
-  return dict(common, C_m=p.taum, g_L=1.0, E_ex=p.e_exc, E_in=p.e_inh,
-              I_e=p.drive)
+RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs" / "nest.md"
+BEGIN, END = "<!-- nest-table:begin -->", "<!-- nest-table:end -->"
+FIGURES = (("build_s", "build (s)", "{:.2f}"),
+           ("s_per_sim_s", "s / simulated s", "{:.3f}"),
+           ("cpu_s_per_sim_s", "CPU s / simulated s", "{:.3f}"),
+           ("child_cpu_s", "process CPU (s)", "{:.1f}"),
+           ("peak_rss_mb", "peak RSS (MB)", "{:.0f}"),
+           ("rate_hz", "rate (Hz)", "{:.2f}"))
+NAMES = {"brainshard": "brainshard", "twin": "pure-JAX twin", "nest": "NEST"}
 
 
-def _import_nest():
-  """``nest``, quiet, with passive OpenMP waiting (only effective if NEST
-  was not imported before in this process)."""
-  os.environ.setdefault("OMP_WAIT_POLICY", "passive")
-  import nest  # pylint: disable=import-outside-toplevel
-  if hasattr(nest, "VerbosityLevel"):  # NEST >= 3.9
-    nest.verbosity = nest.VerbosityLevel.ERROR
-  else:
-    nest.set_verbosity("M_ERROR")
-  return nest
+def _median(runs: list[dict], key: str) -> float:
+  return statistics.median(r[key] for r in runs)
 
 
-def _table(p, seed: int) -> tuple[np.ndarray, np.ndarray]:
-  """The example's fixed in-degree table as (pre, post) arrays, row-major:
-  post neuron by post neuron, slot by slot (global ids from 0)."""
-  import jax.numpy as jnp
-  from brainshard import models as bm
-  pre = np.asarray(bm.hashed_presynaptic(jnp.arange(p.n), p.k, n=p.n, n_exc=p.n_exc,
-                                  k=p.k, seed=seed))
-  post = np.repeat(np.arange(p.n), p.k).reshape(p.n, p.k)
-  return pre, post
+def _nest_installed() -> bool:
+  return importlib.util.find_spec("nest") is not None
 
 
-def _initial(p, seed: int) -> dict:
-  """The example's initial conditions (``EINetwork.reset``), as float64 of
-  its float32 draws."""
-  import brainshard as bs
-  rng = bs.RandomState(seed)
-  f = lambda x: np.asarray(x, np.float32).astype(np.float64)  # noqa: E731
-  if p.model == "cuba":
-    return dict(V_m=f(rng.uniform(p.v_reset, p.v_th, size=p.n)))
-  return dict(V_m=f(rng.normal(-55.0, 5.0, size=p.n)),
-              g_ex=f(rng.normal(4.0, 1.5, size=p.n)),
-              g_in=f(rng.normal(20.0, 12.0, size=p.n)))
+def _microcircuit_missing() -> str | None:
+  """Why the microcircuit rows cannot run here, or None."""
+  if importlib.util.find_spec("examples.microcircuit.model") is None:
+    return "examples.microcircuit.model is not in this checkout"
+  return None
 
 
-def export_network(model: str = "cuba", n: int = 4000, k: int = 80,
-                   seed: int = 0) -> dict:
-  """The example's connectivity table (``pre``, ``post``: ``[n, k]`` global
-  ids from 0) and initial conditions (NEST's state names), as NumPy
-  arrays; ``np.savez`` them to build in a process without JAX."""
-  from examples import cuba
-  p = cuba.Params(model=model, n=n, k=k)
-  pre, post = _table(p, seed)
-  return dict(pre=pre, post=post, **_initial(p, seed))
+def cases(args) -> list[dict]:
+  """One entry per table section: a label, the specs of its
+  implementations, its rounds and (for CUBA and NEST) the export to make."""
+  out = []
+  impls = [i for i in args.impls.split(",") if i != "nest" or
+           _nest_installed()]
+  if "cuba" in args.only:
+    for n in args.sizes:
+      large = n >= 400_000
+      ms = 1e3 * (args.duration if args.duration else (0.2 if large else 1.0))
+      specs = [dict(workload="cuba", impl=i, n=n, duration_ms=ms,
+                    warmup_ms=args.warmup, threads=args.threads)
+               for i in impls]
+      out.append(dict(label=f"CUBA {n:,} neurons, {n * 80 / 1e6:.2g} M "
+                            f"synapses, {ms / 1e3:g} s",
+                      specs=specs, export=n if "nest" in impls else None,
+                      rounds=args.repeats_large if large else args.repeats))
+  if "microcircuit" in args.only:
+    for scale in args.scales:
+      large = scale >= 0.5
+      ms = 1e3 * (args.mc_duration if args.mc_duration
+                  else (0.1 if large else 0.5))
+      specs = [dict(workload="microcircuit", impl=i, scale=scale,
+                    k_scale=args.k_scale, duration_ms=ms,
+                    warmup_ms=args.warmup, threads=args.threads)
+               for i in impls]
+      out.append(dict(label=f"microcircuit scale {scale:g}, k-scale "
+                            f"{args.k_scale:g}, {ms / 1e3:g} s",
+                      specs=specs, export=None, skip=_microcircuit_missing(),
+                      rounds=args.repeats_large if large else args.repeats))
+  return out
 
 
-def _build(nest, p, net: dict, delay_ms: float, overrides: dict | None,
-           record_every: int = 1):
-  """Creates and connects the network in NEST's (reset) kernel; returns
-  the neurons and the spike recorder of every ``record_every``-th one."""
-  cell = "iaf_psc_exp" if p.model == "cuba" else "iaf_cond_exp"
-  neurons = nest.Create(cell, p.n, params=dict(nest_params(p),
-                                               **(overrides or {})))
-  neurons.set({key: list(net[key]) for key in ("V_m", "g_ex", "g_in")
-               if key in net})
-  # Weights carry the sign: NEST routes negative ones to the inhibitory
-  # synapse (gi = -wi for COBA, whose example weight wi is positive).
-  pre, post = np.asarray(net["pre"]), np.asarray(net["post"])
-  wi = p.wi if p.model == "cuba" else -p.wi
-  weight = np.where(pre < p.n_exc, p.we, wi).astype(np.float64).ravel()
-  first = neurons[0].global_id  # NEST's ids start at 1
-  nest.Connect(pre.ravel() + first, post.ravel() + first, "one_to_one",
-               syn_spec={"weight": weight,
-                         "delay": np.full(weight.size, delay_ms)})
-  rec = nest.Create("spike_recorder")
-  # Each neuron connected to a recorder costs NEST 3.10 ~31 KB (1.2 GB for
-  # 40,000 neurons, measured): large networks record a sample.
-  nest.Connect(neurons[::record_every], rec)
-  return neurons, rec
+def run_case(case: dict, tmp: str) -> dict[str, list[dict]]:
+  """The case's runs, interleaved; per implementation its list of runs."""
+  runs: dict[str, list[dict]] = {s["impl"]: [] for s in case["specs"]}
+  if case.get("skip"):
+    print(f"{case['label']}: skipped ({case['skip']})", flush=True)
+    return runs
+  specs = case["specs"]
+  if case["export"]:
+    network = os.path.join(tmp, f"cuba{case['export']}.npz")
+    done = _nest_children.in_child(dict(impl="export", n=case["export"],
+                                        network=network))
+    if "error" in done:
+      raise RuntimeError(f"export failed: {done['stderr']}")
+    specs = [dict(s, network=network) if s["impl"] == "nest" else s
+             for s in specs]
+  for r in range(case["rounds"]):
+    order = specs[r % len(specs):] + specs[:r % len(specs)]
+    for spec in order:
+      load = os.getloadavg()[0]
+      out = _nest_children.in_child(spec)
+      out["load_before"] = load
+      runs[spec["impl"]].append(out)
+      print(_line(case["label"], out), flush=True)
+      if "error" in out:
+        print(out.get("stderr", ""), file=sys.stderr)
+  return runs
 
 
-def nest_run(model: str = "cuba", n: int = 4000, k: int = 80, seed: int = 0,
-             delay_steps: int = 2, threads: int | None = None, *,
-             network: dict | None = None, delay_ms: float | None = None,
-             overrides: dict | None = None, record_every: int = 1):
-  """The example's network (``cuba.EINetwork(model, seed, n, k,
-  delay=delay_steps)``) in NEST; returns ``(build_s, run(ms) -> spikes
-  [steps, n])`` on the example's step grid (row t: spikes of the update
-  from t*dt to (t+1)*dt; ``run(ms, raster=False)``: their number only).
-  Resets NEST's kernel. ``network``: what
-  :func:`export_network` gives (else it is exported here, with JAX);
-  ``build_s`` counts NEST's Create, Connect and Prepare, not the export.
-  ``delay_ms`` and ``overrides`` (neuron parameters) replace the mapped
-  values: the tests use them to show that unmapped ones give other spikes.
-  ``record_every``: record the spikes of every such neuron only (a spike
-  recorder costs NEST ~31 KB per recorded neuron); only with
-  ``raster=False``.
+def _line(label: str, r: dict) -> str:
+  head = f"{label} | {NAMES.get(r['impl'], r['impl'])}: "
+  if "error" in r:
+    return head + "failed: " + r["error"]
+  return head + ", ".join(f"{title} {fmt.format(r[key])}"
+                          for key, title, fmt in FIGURES) + \
+      f" (load {r['load_before']:.2f})"
 
-  >>> nest_run('cuba', 400, delay_steps=1)  # doctest: +ELLIPSIS
-  Traceback (most recent call last):
-  ValueError: the example's --delay 1 has no NEST equivalent: ...
-  """
-  from examples import cuba
-  p = cuba.Params(model=model, n=n, k=k, delay=delay_steps)
-  if delay_ms is None:
-    delay_ms = nest_delay_ms(delay_steps, p.dt)
-  net = network if network is not None else export_network(model, n, k, seed)
-  nest = _import_nest()
-  nest.ResetKernel()
-  nest.set(resolution=p.dt, print_time=False, rng_seed=seed + 1,
-           local_num_threads=threads or len(os.sched_getaffinity(0)))
-  t0 = time.perf_counter()
-  neurons, rec = _build(nest, p, net, delay_ms, overrides, record_every)
-  first = neurons[0].global_id
-  nest.Prepare()  # NEST's own build work (its indices), counted in build_s
-  build_s = time.perf_counter() - t0
-  done, seen = [0], [0]  # steps run, events recorded
 
-  def run(duration_ms: float, raster: bool = True):
-    steps = int(round(duration_ms / p.dt))
-    nest.Run(steps * p.dt)
-    events = rec.n_events
-    count, seen[0] = events - seen[0], events
-    if not raster:  # the number of spikes, no raster (what the timing uses)
-      done[0] += steps
-      return count
-    if record_every != 1:
-      raise ValueError("a raster needs every neuron recorded (record_every=1)")
-    # The recorder keeps every event (it cannot be cleared inside
-    # Prepare/Cleanup), in no promised order: select this run's by time.
-    ev = rec.get("events")
-    times, senders = np.asarray(ev["times"]), np.asarray(ev["senders"])
-    # NEST stamps a spike of the update from t to t+h with t+h.
-    t = np.round(times / p.dt).astype(int) - 1 - done[0]
-    keep = (t >= 0) & (t < steps)
-    out = np.zeros((steps, n), bool)
-    out[t[keep], senders[keep] - first] = True
-    done[0] += steps
-    return out
+def render(sections: list[tuple[dict, dict]], header: str) -> str:
+  """The Markdown table: per section the median of each figure per
+  implementation, then the ratios of the medians."""
+  head = ("| network | implementation | " +
+          " | ".join(t for _, t, _ in FIGURES) + " | runs |")
+  rows = [header, "", head, "|" + "---|" * (len(FIGURES) + 3)]
+  for case, runs in sections:
+    label = case["label"]
+    if case.get("skip"):
+      rows.append(f"| {label} | skipped: {case['skip']} |" +
+                  " |" * (len(FIGURES) + 1))
+      continue
+    medians = {}
+    for impl, rs in runs.items():
+      ok = [r for r in rs if "error" not in r]
+      if not ok:
+        err = rs[0]["error"] if rs else "not run"
+        rows.append(f"| {label} | {NAMES[impl]}: failed: {err} |" +
+                    " |" * (len(FIGURES) + 1))
+        continue
+      medians[impl] = {k: _median(ok, k) for k, _, _ in FIGURES}
+      cells = [fmt.format(medians[impl][k]) for k, _, fmt in FIGURES]
+      rows.append(f"| {label} | {NAMES[impl]} | " + " | ".join(cells) +
+                  f" | {len(ok)} |")
+      label = ""
+    for other in ("twin", "nest"):
+      if "brainshard" in medians and other in medians:
+        cells = [f"{medians['brainshard'][k] / medians[other][k]:.2f}"
+                 if medians[other][k] else "-" for k, _, _ in FIGURES[:-1]]
+        rows.append(f"| | brainshard / {NAMES[other]} | " +
+                    " | ".join(cells) + " | | |")
+  return "\n".join(rows) + "\n"
 
-  return build_s, run
+
+def machine(loads: list[float], threads: int) -> str:
+  mem = ""
+  try:
+    with open("/proc/meminfo") as f:
+      mem = f", {int(f.readline().split()[1]) / 2**20:.0f} GiB RAM"
+  except OSError:
+    pass
+  nest = _nest_version()
+  load = (f"1-min load average before the runs {min(loads):.2f} to "
+          f"{max(loads):.2f} (median {statistics.median(loads):.2f})"
+          if loads else "no runs")
+  stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+  return (f"Measured {stamp} UTC on {platform.node()}: {os.cpu_count()} CPU cores"
+          f"{mem}, {load}; jax {importlib.metadata.version('jax')}, "
+          f"NEST {nest} with {threads} threads; brainshard and the twin on "
+          f"one JAX device ({_jax_device()}). Medians over the runs; each run a fresh "
+          f"process, the implementations interleaved.")
+
+
+def _jax_device() -> str:
+  """The device the children run on (a GPU where JAX has one)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  return jax.devices()[0].device_kind
+
+
+def _nest_version() -> str:
+  if not _nest_installed():
+    return "(not installed)"
+  out = subprocess.run([sys.executable, "-c",
+                        "import nest; print(nest.__version__)"],
+                       env=dict(os.environ, OMP_WAIT_POLICY="passive"),
+                       capture_output=True, text=True, check=False)
+  return out.stdout.strip().splitlines()[-1] if out.returncode == 0 else "?"
+
+
+def write_docs(table: str, path: pathlib.Path = DOCS) -> None:
+  """Replaces the text between the markers in docs/nest.md."""
+  text = path.read_text()
+  if BEGIN not in text or END not in text:
+    raise ValueError(f"{path} has no {BEGIN} ... {END} markers")
+  new = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END),
+               lambda _: f"{BEGIN}\n{table}{END}", text, flags=re.S)
+  path.write_text(new)
+
+
+def parse(argv: list[str] | None):
+  floats = lambda s: [float(x) for x in s.split(",") if x]  # noqa: E731
+  ints = lambda s: [int(float(x)) for x in s.split(",") if x]  # noqa: E731
+  ap = parser(__doc__, child=True)
+  ap.add_argument("--only", default="cuba,microcircuit",
+                  help="sections: cuba, microcircuit")
+  ap.add_argument("--impls", default="brainshard,twin,nest")
+  ap.add_argument("--sizes", type=ints, default=[4000, 40_000, 400_000],
+                  help="CUBA neurons (80 inputs each)")
+  ap.add_argument("--scales", type=floats, default=[0.1],
+                  help="microcircuit scales (fraction of the neurons); "
+                       "add 1.0 for the full scale (299 M synapses: NEST "
+                       "needs several GB more than brainshard, and minutes "
+                       "to build on 2 cores)")
+  ap.add_argument("--k-scale", type=float, default=1.0,
+                  help="microcircuit in-degrees (1: as published)")
+  ap.add_argument("--duration", type=float, default=None,
+                  help="CUBA seconds timed (default 1, 0.2 at >= 400 k)")
+  ap.add_argument("--mc-duration", type=float, default=None,
+                  help="microcircuit seconds timed (default 0.5, 0.1 at "
+                       "scale >= 0.5)")
+  ap.add_argument("--warmup", type=float, default=100.0,
+                  help="ms simulated (and compiled) before timing")
+  ap.add_argument("--repeats", type=int, default=3)
+  ap.add_argument("--repeats-large", type=int, default=1,
+                  help="rounds at >= 400 k neurons and scale >= 0.5")
+  ap.add_argument("--threads", type=int, default=None,
+                  help="NEST threads (default: this process's cores)")
+  ap.add_argument("--out", default="nest",
+                  help="results/OUT.md and results/OUT.json")
+  ap.add_argument("--docs", action="store_true",
+                  help="also write the table into docs/nest.md")
+  return ap.parse_args(argv)
 
 
 def main(argv: list[str] | None = None):
-  """``python -m benchmarks nest``: see :mod:`benchmarks._nest_table`."""
-  from benchmarks import _nest_table
-  return _nest_table.main(argv)
+  args = parse(argv)
+  if args.child:
+    return _nest_children.child_main(args.child)
+  args.only = set(args.only.split(","))
+  threads = args.threads or len(os.sched_getaffinity(0))
+  sections = []
+  with tempfile.TemporaryDirectory() as tmp:
+    for case in cases(args):
+      sections.append((case, run_case(case, tmp)))
+  loads = [r["load_before"] for _, runs in sections for rs in runs.values()
+           for r in rs]
+  table = render(sections, machine(loads, threads))
+  print(table)
+  RESULTS.mkdir(exist_ok=True)
+  (RESULTS / f"{args.out}.md").write_text(table)
+  (RESULTS / f"{args.out}.json").write_text(json.dumps(
+      [dict(label=c["label"], runs=runs) for c, runs in sections], indent=1))
+  if args.docs:
+    write_docs(table)
+  return dict(table=table, sections=sections)

@@ -17,17 +17,7 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
-import os
-import sys
-import time
-
-
-def _setup(devices: int) -> None:
-  flag = f"--xla_force_host_platform_device_count={devices}"
-  if "jax" not in sys.modules:
-    os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " " + flag
-
+from benchmarks._harness import clock, fake_devices, parser
 
 SAMPLERS = {  # name -> (old: jax.random at a key, new: bs.random on a state)
     "normal": (lambda jr, k, s: jr.normal(k, s),
@@ -86,21 +76,21 @@ def _programs(name: str, devices: int, n: int, draws: int):
 def _best(f, repeats: int) -> float:
   times = []
   for _ in range(repeats):
-    t = time.perf_counter()
-    f().block_until_ready()
-    times.append(time.perf_counter() - t)
+    with clock() as t:
+      f().block_until_ready()
+    times.append(t.s)
   return min(times)
 
 
 def main(argv=None) -> dict:
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p = parser(__doc__)
   p.add_argument("--devices", type=int, default=8, help="faked CPU devices")
   p.add_argument("--n", type=int, default=1 << 17, help="elements per shard")
   p.add_argument("--draws", type=int, default=4, help="draws per call")
   p.add_argument("--repeats", type=int, default=7, help="timed calls each")
   p.add_argument("--only", nargs="*", default=None, help="sampler names")
   args = p.parse_args(argv)
-  _setup(args.devices)
+  fake_devices(args.devices)  # before JAX starts: _programs imports it
   results = {}
   for name in args.only or SAMPLERS:
     new, old = _programs(name, args.devices, args.n, args.draws)

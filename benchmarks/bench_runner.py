@@ -30,21 +30,15 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import time
 
 import numpy as np
 
+from benchmarks._harness import clock, fake_devices, parser, rss_mib, write_json
 
 
 def _rss() -> int:
-  with open("/proc/self/status") as f:
-    for line in f:
-      if line.startswith("VmRSS:"):
-        return int(line.split()[1]) * 1024
-  return 0
+  return int(rss_mib() * 2**20)
 
 
 def _live_bytes(jax) -> int:
@@ -52,19 +46,16 @@ def _live_bytes(jax) -> int:
 
 
 def main(argv=None) -> dict:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--devices", type=int, default=1)
-  parser.add_argument("--duration", type=float, default=1.0, help="seconds")
-  parser.add_argument("--repeats", type=int, default=7)
-  parser.add_argument("--chunk", type=int, default=None)
-  parser.add_argument("--long", action="store_true",
-                      help="also run 10^6 steps and report memory")
-  parser.add_argument("--json", help="also write the results to this file")
-  args = parser.parse_args(argv)
+  ap = parser(__doc__, repeats=7, json=True)
+  ap.add_argument("--devices", type=int, default=1)
+  ap.add_argument("--duration", type=float, default=1.0, help="seconds")
+  ap.add_argument("--chunk", type=int, default=None)
+  ap.add_argument("--long", action="store_true",
+                  help="also run 10^6 steps and report memory")
+  args = ap.parse_args(argv)
 
+  fake_devices(max(args.devices, 1))  # before JAX starts
   import jax
-  if jax.config.jax_platforms in (None, "", "cpu"):
-    jax.config.update("jax_num_cpu_devices", max(args.devices, 1))
   import brainshard as bs
   from examples import cuba
 
@@ -78,16 +69,16 @@ def main(argv=None) -> dict:
 
   def time_runner():
     runner.reset_records()
-    t0 = time.perf_counter()
-    res = runner.run(n)
-    return time.perf_counter() - t0, len(res.spikes)
+    with clock() as t:
+      res = runner.run(n)
+    return t.s, len(res.spikes)
 
   def time_loop(loop):
     def run():
-      t0 = time.perf_counter()
-      out = jax.block_until_ready(loop())
-      jax.block_until_ready(net.v.value)  # the loop without output
-      return time.perf_counter() - t0, (None if out is None else int(np.asarray(out).sum()))
+      with clock() as t:
+        out = jax.block_until_ready(loop())
+        jax.block_until_ready(net.v.value)  # the loop without output
+      return t.s, (None if out is None else int(np.asarray(out).sum()))
     return run
 
   cases = {"runner": time_runner, "for_loop": time_loop(dense),
@@ -138,9 +129,7 @@ def main(argv=None) -> dict:
           f"{med['runner'] / brian['second_run_s']:.2f}")
   if args.long:
     result["long"] = long_run(jax, net, runner)
-  if args.json:
-    with open(args.json, "w") as f:
-      json.dump(result, f, indent=2)
+  write_json(args.json, result)
   return result
 
 
@@ -173,15 +162,13 @@ def brian2_cuba(duration_s: float) -> dict | None:
   ci.connect("i>=3200", p=0.02)
   spikes = b2.SpikeMonitor(group)
   net = b2.Network(group, ce, ci, spikes)
-  t0 = time.perf_counter()
-  net.run(duration_s * b2.second)
-  first = time.perf_counter() - t0
+  with clock() as first:
+    net.run(duration_s * b2.second)
   n0 = spikes.num_spikes
-  t0 = time.perf_counter()
-  net.run(duration_s * b2.second)
-  second = time.perf_counter() - t0
-  return {"version": b2.__version__, "target": "cython", "first_run_s": first,
-          "second_run_s": second,
+  with clock() as second:
+    net.run(duration_s * b2.second)
+  return {"version": b2.__version__, "target": "cython",
+          "first_run_s": first.s, "second_run_s": second.s,
           "rate_hz": (spikes.num_spikes - n0) / (4000 * duration_s)}
 
 
@@ -201,9 +188,9 @@ def long_run(jax, net, runner, steps: int = 1_000_000) -> dict:
     return collect(*args)
   runner.recorder.collect = sampled
   try:
-    t0 = time.perf_counter()
-    res = runner.run(steps)
-    wall = time.perf_counter() - t0
+    with clock() as t:
+      res = runner.run(steps)
+    wall = t.s
   finally:
     runner.recorder.collect = collect
   events = len(res.spikes)

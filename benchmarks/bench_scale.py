@@ -9,7 +9,7 @@ every GPU row of issues 14 and 16.
 ``benchmarks/results/scale.md`` (a markdown table naming the machine, which
 docs/scale.md includes) and ``benchmarks/results/scale.png``.
 Each measurement runs in its own process, so peak memory is its own
-(ru_maxrss on CPU, the device's peak bytes in use on a GPU); without
+(``VmHWM`` on CPU, the device's peak bytes in use on a GPU); without
 ``--quick`` each is the fastest of 3 processes run interleaved with the
 others of its size.
 
@@ -27,9 +27,10 @@ import json
 import os
 import pathlib
 import platform
-import resource
 import subprocess
 import sys
+
+from benchmarks._harness import device_env, parser, peak_rss_mib
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 IMPLS = ("brainshard", "pure", "brainstate")
@@ -55,8 +56,7 @@ def measure(impl: str, model: str, n: int, ms: float, devices: int = 1,
   t = _ei.time_run(run, ms, warm_ms=warm)
   dev = jax.devices()[0]
   peak = (dev.memory_stats() or {}).get("peak_bytes_in_use") \
-      if dev.platform == "gpu" else \
-      resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+      if dev.platform == "gpu" else peak_rss_mib() * 2**20
   return dict(impl=impl, model=model, n=n, devices=devices, delay=delay,
               exchange=exchange, connectivity=connectivity, build_s=build_s,
               s_per_sim_s=t["s_per_sim_s"], peak_bytes=peak,
@@ -67,10 +67,7 @@ def child(argv: list[str], devices: int = 1) -> dict:
   """Runs :func:`measure` in a fresh process (its own peak memory); a run
   that fails (out of memory, a peer not installed) is a row with
   ``error``: the last line of its traceback."""
-  env = dict(os.environ)
-  if devices > 1:
-    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
-                        f" --xla_force_host_platform_device_count={devices}")
+  env = device_env(devices) if devices > 1 else dict(os.environ)
   root = pathlib.Path(__file__).resolve().parents[1]
   env["PYTHONPATH"] = f"{root}{os.pathsep}{env.get('PYTHONPATH', '')}"
   proc = subprocess.run([sys.executable, "-m", "benchmarks", "scale",
@@ -224,11 +221,11 @@ def plot(rows: list[dict], path: pathlib.Path) -> None:
 def gpu_dispatch() -> None:
   """The dispatch rows (1/10/100/1000 States, default donation, with a
   reference kept, and donate_states=False) of the existing benchmark, and
-  which path the calls take (benchmarks/_dispatch_probe.py): on a new
+  which path the calls take (benchmarks/bench_dispatch_probe.py): on a new
   platform, a reference count that does not match shows there first."""
-  from benchmarks import _dispatch_probe
+  from benchmarks import bench_dispatch_probe
   from benchmarks.run import main as run_main
-  _dispatch_probe.main()
+  bench_dispatch_probe.main()
   run_main(["--quick", "--only", "dispatch", "--name", "gpu_dispatch"])
 
 
@@ -246,13 +243,12 @@ def gpu_tasks() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-  ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  ap = parser(__doc__, child=True)
   # `python -m benchmarks --scale` is the older spelling of this command.
   ap.add_argument("--scale", action="store_true", help=argparse.SUPPRESS)
   ap.add_argument("--gpu", action="store_true",
                   help="the GPU rows: dispatch, sizes up to 4M")
   ap.add_argument("--quick", action="store_true", help="small sizes only")
-  ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
   args = ap.parse_args(argv)
   if args.child:
     print(json.dumps(measure(*json.loads(args.child))))

@@ -24,16 +24,14 @@ Usage:  python -m benchmarks task [--steps 400] [--repeats 7]
 
 from __future__ import annotations
 
-import argparse
-import os
+from benchmarks._harness import Case, compare, fake_devices, parser
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+fake_devices(8)  # before JAX starts
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from examples import two_areas  # noqa: E402
-from benchmarks._harness import Case, compare  # noqa: E402
 
 
 def _timed(runs: dict, baseline: str, repeats: int) -> dict:
@@ -106,10 +104,9 @@ def device_intervals(per_task: int, repeats: int = 3) -> dict:
 
 
 def main(argv=None) -> dict:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--steps", type=int, default=400)
-  p.add_argument("--repeats", type=int, default=7)
-  args = p.parse_args(argv)
+  ap = parser(__doc__, repeats=7)
+  ap.add_argument("--steps", type=int, default=400)
+  args = ap.parse_args(argv)
   print(f"jax {jax.__version__}, {len(jax.devices())} {jax.default_backend()} "
         "devices; two areas on two halves vs one SPMD program")
   out = {}

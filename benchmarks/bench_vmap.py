@@ -20,9 +20,6 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
-import json
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -159,12 +156,10 @@ def hlo_stats(members: int, n: int) -> dict:
 
 
 def main(argv=None) -> dict:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--members", type=int, default=64)
-  parser.add_argument("--n", type=int, default=256)
-  parser.add_argument("--repeats", type=int, default=15)
-  parser.add_argument("--json", help="also write the results to this file")
-  args = parser.parse_args(argv)
+  ap = _harness.parser(__doc__, repeats=15, json=True)
+  ap.add_argument("--members", type=int, default=64)
+  ap.add_argument("--n", type=int, default=256)
+  args = ap.parse_args(argv)
 
   check_same_numbers(args.members, args.n)
   print(f"ensemble of B={args.members} LIF networks, n={args.n}, "
@@ -184,7 +179,5 @@ def main(argv=None) -> dict:
             f"best-time ratio {t.ratio_best:5.3f}")
       result[workload][name] = {"per_call_s": t.per_call_s, "ratio": t.ratio,
                                 "ratio_best": t.ratio_best}
-  if args.json:
-    with open(args.json, "w") as f:
-      json.dump(result, f, indent=2)
+  _harness.write_json(args.json, result)
   return result

@@ -45,12 +45,12 @@ COMMANDS = {
                    "restore_states against orbax direct (printed)"),
     "task": ("benchmarks.bench_task", "two areas as sub-mesh tasks against "
              "one SPMD program (docs/submesh.md)"),
-    "dispatch-probe": ("benchmarks._dispatch_probe", "which path bs.jit "
-                       "calls take on this platform (a diagnostic)"),
-    "python-cost": ("benchmarks._python_cost", "a bs.jit call's own Python "
-                    "per call, JAX stood in for (ANALYSIS.md)"),
-    "instructions": ("benchmarks._instructions", "machine instructions per "
-                     "dispatch call, bs.jit against pure JAX, counted by "
+    "dispatch-probe": ("benchmarks.bench_dispatch_probe", "which path "
+                       "bs.jit calls take on this platform (a diagnostic)"),
+    "python-cost": ("benchmarks.bench_python_cost", "a bs.jit call's own "
+                    "Python per call, JAX stood in for (ANALYSIS.md)"),
+    "instructions": ("benchmarks.bench_instructions", "machine instructions "
+                     "per dispatch call, bs.jit against pure JAX, counted by "
                      "valgrind (ANALYSIS.md)"),
 }
 DEFAULT = "suite"

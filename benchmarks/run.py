@@ -15,27 +15,25 @@ The peers (brainstate, Flax NNX) run the same workloads when installed
 
 from __future__ import annotations
 
+import argparse
+import datetime
+import json
 import os
+import platform
+import warnings
 
-# 8 faked CPU devices, before JAX starts.
-_FLAG = "--xla_force_host_platform_device_count=8"
-if _FLAG not in os.environ.get("XLA_FLAGS", ""):
-  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
+from benchmarks._harness import clock, fake_devices, parser
+
+# 8 faked CPU devices, before JAX starts (its children inherit them).
+fake_devices(8)
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-import argparse  # noqa: E402
-import datetime  # noqa: E402
-import json  # noqa: E402
-import platform  # noqa: E402
-import time  # noqa: E402
-import warnings  # noqa: E402
 
 
 def _meta(args) -> dict:
   import jax
   import brainshard as bs
   from benchmarks import _peers
-  from benchmarks._workloads import DISPATCH_REPEATS
+  from benchmarks._dispatch import DISPATCH_REPEATS
   meta = dict(
       date=datetime.datetime.now().isoformat(timespec="seconds"),
       quick=args.quick, repeats=args.repeats,
@@ -54,42 +52,41 @@ def _meta(args) -> dict:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   from benchmarks._workloads import WORKLOADS
-  parser = argparse.ArgumentParser(
-      description=" ".join(__doc__.split("\n\n")[0].split()))
-  parser.add_argument("--quick", action="store_true",
-                      help="fewer sizes and repeats (under 2 minutes on 2 cores)")
-  parser.add_argument("--only", default="",
-                      help=f"comma-separated subset of {','.join(WORKLOADS)}")
-  parser.add_argument("--repeats", type=int, default=None,
-                      help="interleaved repeats per comparison")
-  parser.add_argument("--no-peers", dest="peers", action="store_false",
-                      help="skip brainstate / Flax NNX even if installed")
-  parser.add_argument("--profile", action="store_true",
-                      help="also profile brainshard's per-call path")
-  parser.add_argument("--runs", type=int, default=1,
-                      help="run the suite this many times, each in a fresh "
-                      "process, and report per figure the median run "
-                      "(issue 24's goals: the median of 3)")
-  parser.add_argument("--name", default=None,
-                      help="results file name (default: quick or full)")
-  parser.add_argument("--out", default=None,
-                      help="folder for the results, report and plot "
-                      "(default: benchmarks/results)")
-  parser.add_argument("--docs", action="store_true",
-                      help="also regenerate the committed docs/benchmarks.md "
-                      "and docs/benchmarks_states.png from this run")
+  ap = parser(__doc__)
+  ap.add_argument("--quick", action="store_true",
+                  help="fewer sizes and repeats (under 2 minutes on 2 cores)")
+  ap.add_argument("--only", default="",
+                  help=f"comma-separated subset of {','.join(WORKLOADS)}")
+  ap.add_argument("--repeats", type=int, default=None,
+                  help="interleaved repeats per comparison")
+  ap.add_argument("--no-peers", dest="peers", action="store_false",
+                  help="skip brainstate / Flax NNX even if installed")
+  ap.add_argument("--profile", action="store_true",
+                  help="also profile brainshard's per-call path")
+  ap.add_argument("--runs", type=int, default=1,
+                  help="run the suite this many times, each in a fresh "
+                  "process, and report per figure the median run "
+                  "(issue 24's goals: the median of 3)")
+  ap.add_argument("--name", default=None,
+                  help="results file name (default: quick or full)")
+  ap.add_argument("--out", default=None,
+                  help="folder for the results, report and plot "
+                  "(default: benchmarks/results)")
+  ap.add_argument("--docs", action="store_true",
+                  help="also regenerate the committed docs/benchmarks.md "
+                  "and docs/benchmarks_states.png from this run")
   # The docs are no longer written by default; accepted for old scripts.
-  parser.add_argument("--no-docs", dest="docs", action="store_false",
-                      help=argparse.SUPPRESS)
-  args = parser.parse_args(argv)
+  ap.add_argument("--no-docs", dest="docs", action="store_false",
+                  help=argparse.SUPPRESS)
+  args = ap.parse_args(argv)
   if args.runs < 1:
-    parser.error(f"--runs must be at least 1, not {args.runs}")
+    ap.error(f"--runs must be at least 1, not {args.runs}")
   if args.repeats is None:
     args.repeats = 9 if args.quick else 25
   chosen = [w for w in (args.only.split(",") if args.only else WORKLOADS) if w]
   unknown = set(chosen) - set(WORKLOADS)
   if unknown:
-    parser.error(f"unknown workloads {sorted(unknown)}; pick from {list(WORKLOADS)}")
+    ap.error(f"unknown workloads {sorted(unknown)}; pick from {list(WORKLOADS)}")
   args.workloads = chosen
   return args
 
@@ -114,23 +111,23 @@ def main(argv: list[str] | None = None) -> int:
   warnings.filterwarnings("ignore", category=DeprecationWarning)
   warnings.filterwarnings("ignore", module=r"(flax|brainstate|brainunit)")
 
-  t0 = time.perf_counter()
-  if args.runs > 1:
-    from benchmarks._runs import combine, run_separately
-    doc = combine(run_separately(_child_argv(args), args.runs))
-  else:
-    ctx = Ctx(quick=args.quick, peers=args.peers, repeats=args.repeats)
-    results = []
-    for name in args.workloads:
-      print(f"[{name}]", flush=True)
-      t = time.perf_counter()
-      results += WORKLOADS[name](ctx)
-      print(f"  ({time.perf_counter() - t:.1f} s)", flush=True)
-    doc = dict(meta=_meta(args), results=results)
-  if args.profile:
-    from benchmarks._profile import profile_all
-    doc["profile"] = profile_all()
-  doc["meta"]["wall_s"] = time.perf_counter() - t0
+  with clock() as whole:
+    if args.runs > 1:
+      from benchmarks._runs import combine, run_separately
+      doc = combine(run_separately(_child_argv(args), args.runs))
+    else:
+      ctx = Ctx(quick=args.quick, peers=args.peers, repeats=args.repeats)
+      results = []
+      for name in args.workloads:
+        print(f"[{name}]", flush=True)
+        with clock() as t:
+          results += WORKLOADS[name](ctx)
+        print(f"  ({t.s:.1f} s)", flush=True)
+      doc = dict(meta=_meta(args), results=results)
+    if args.profile:
+      from benchmarks._profile import profile_all
+      doc["profile"] = profile_all()
+  doc["meta"]["wall_s"] = whole.s
   _write(doc, args, output_paths(args))
   return 0
 
@@ -148,6 +145,11 @@ def _write(doc: dict, args: argparse.Namespace, paths: dict) -> None:
   path = paths["json"]
   wall_s = doc["meta"]["wall_s"]  # this run's (a merge keeps the full run's)
   os.makedirs(os.path.dirname(path), exist_ok=True)
+  if args.only and paths["docs"] and not os.path.exists(path):
+    # results/ is not committed: a fresh checkout has no full run to merge
+    # into, and the page would keep this run's sections only.
+    print(f"note: no {_rel(path)} to merge into; the page gets only "
+          f"{','.join(args.workloads)} (run the full suite first)")
   if args.only and os.path.exists(path):  # merge into the earlier run
     with open(path) as f:
       old = json.load(f)

@@ -7,6 +7,8 @@ repository root with ``python -m examples.NAME --help``:
 - ``ensemble``: a parameter sweep with ``bs.vmap``.
 - ``train_snn``: training a spiking network with ``bs.grad`` and optax.
 - ``two_areas``: two areas on two sub-meshes (``bs.task``).
+- ``microcircuit``: the Potjans & Diesmann (2014) cortical microcircuit,
+  scaled, with its NEST reference (``nest_reference``; docs/microcircuit.md).
 - ``scaleout``: one script from one device to many processes.
 - ``ei_brainstate`` / ``ei_brainshard``: a brainstate model and its port
   (docs/migrating-from-brainstate.md); ``ei_data`` the network both build.

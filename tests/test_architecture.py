@@ -6,7 +6,8 @@ from the source alone (pure AST, nothing imported, well under a second):
 - imports point down the floors ``_core < _transforms < _scaleout <
   _simulation < _models < the public modules`` (function-level imports
   count; ``if TYPE_CHECKING:`` ones do not, they never run);
-- no import circles;
+- no import circles, in the package and in benchmarks/ (a graph of its
+  own: benchmarks import the package, never the other way);
 - no module reads another module's private (underscore) names, except
   within one package below a floor (``_simulation/random/``) and
   State's slot ``_value`` inside ``_core``; State and Frame declare the
@@ -107,26 +108,27 @@ def scan(module: str) -> _Scan:
 _SCANS: dict[str, tuple[ast.AST, _Scan]] = {}
 
 
-def _targets(module: str, node: ast.AST) -> list[str]:
-  """The brainshard modules an import statement loads."""
+def _targets(module: str, node: ast.AST, modules=MODULES) -> list[str]:
+  """The modules of ``modules`` (default: brainshard's) an import statement
+  loads."""
   if isinstance(node, ast.Import):
     names = [a.name for a in node.names]
   else:
     if node.level:
       base = module.split(".")
-      if MODULES[module].name != "__init__.py":
+      if modules[module].name != "__init__.py":
         base = base[:-1]
       base = base[:len(base) - node.level + 1]
       source = ".".join(base + ([node.module] if node.module else []))
     else:
       source = node.module
-    names = [f"{source}.{a.name}" if f"{source}.{a.name}" in MODULES
+    names = [f"{source}.{a.name}" if f"{source}.{a.name}" in modules
              else source for a in node.names]
   out = []
   for name in names:
-    while name not in MODULES and "." in name:
+    while name not in modules and "." in name:
       name = name.rsplit(".", 1)[0]
-    if name in MODULES:
+    if name in modules:
       out.append(name)
   return out
 
@@ -152,8 +154,8 @@ def test_imports_point_down_the_floors():
   assert not upward, "imports that go up a floor:\n" + "\n".join(upward)
 
 
-def _cycles(edges) -> list[list[str]]:
-  graph: dict[str, set[str]] = {m: set() for m in MODULES}
+def _cycles(edges, modules=MODULES) -> list[list[str]]:
+  graph: dict[str, set[str]] = {m: set() for m in modules}
   for a, b, _ in edges:
     graph[a].add(b)
   index: dict[str, int] = {}
@@ -198,6 +200,52 @@ def test_the_circle_finder_finds_a_circle():
                              "brainshard._core.frames", 0)]
   assert ["brainshard._core.frames", "brainshard._core.state.state"] in _cycles(
       edges)
+
+
+# -- benchmarks/: its own graph ---------------------------------------------------
+
+BENCH = ROOT / "benchmarks"
+BENCH_MODULES = {_module_name(p): p for p in sorted(BENCH.rglob("*.py"))}
+
+
+def bench_import_edges() -> list[tuple[str, str, int]]:
+  """``(importer, imported, line)`` between benchmarks modules, for every
+  import that can run (function-level ones included)."""
+  edges = []
+  for module, path in BENCH_MODULES.items():
+    for node in _Scan(ast.parse(path.read_text(), str(path))).imports:
+      edges += [(module, target, node.lineno)
+                for target in _targets(module, node, BENCH_MODULES)
+                if target != module]
+  return edges
+
+
+def test_benchmark_edges_are_found():
+  edges = {(a, b) for a, b, _ in bench_import_edges()}
+  assert ("benchmarks.bench_nest", "benchmarks._nest_children") in edges
+  assert ("benchmarks._nest_children", "benchmarks._nest_cuba") in edges
+  assert ("benchmarks.bench_task", "benchmarks._harness") in edges
+
+
+def test_no_import_circles_in_benchmarks():
+  assert _cycles(bench_import_edges(), BENCH_MODULES) == []
+
+
+def test_the_circle_finder_finds_a_circle_in_benchmarks():
+  # The circle benchmarks had: the NEST mapping reading the command back.
+  edges = bench_import_edges() + [("benchmarks._nest_cuba",
+                                   "benchmarks.bench_nest", 0)]
+  assert ["benchmarks._nest_children", "benchmarks._nest_cuba",
+          "benchmarks.bench_nest"] in _cycles(edges, BENCH_MODULES)
+
+
+def test_no_benchmarks_module_is_over_400_lines():
+  # The size rule of the package (test_no_module_is_over_400_lines) holds
+  # here too: a benchmark module is one command or one helper.
+  long = {name: n for name, n in (
+      (str(path.relative_to(BENCH)), len(path.read_text().splitlines()))
+      for path in BENCH_MODULES.values()) if n > 400}
+  assert not long, long
 
 
 # -- ARCHITECTURE.md lists every module ----------------------------------------

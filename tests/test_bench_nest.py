@@ -1,5 +1,5 @@
 """The CUBA example against NEST 3.10 running the same network
-(benchmarks/bench_nest.py: the example's connectivity table, initial
+(benchmarks/_nest_cuba.py: the example's connectivity table, initial
 conditions and parameters in ``iaf_psc_exp``). Pins the mapping of the
 example's conventions onto NEST's: its ``--delay D`` (steps) is NEST's
 ``(D - 1) * dt``, its ``ref_steps - 1`` held steps are NEST's
@@ -10,14 +10,14 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks import _ei, _nest_table, bench_nest
+from benchmarks import _ei, _nest_cuba, bench_nest
 
 N = 1000  # 80 inputs each: the example's in-degree, 8% connectivity
 
 
 def _nest():
-  try:  # OMP_WAIT_POLICY=passive before the import (_import_nest)
-    return bench_nest._import_nest()
+  try:  # OMP_WAIT_POLICY=passive before the import (import_nest)
+    return _nest_cuba.import_nest()
   except ImportError as err:
     pytest.skip(f"nest not importable: {err}")
 
@@ -35,10 +35,10 @@ def _example_float64(n: int, delay: int, steps: int, seed: int = 0):
   import jax.numpy as jnp
   from examples import cuba
   p = cuba.Params(n=n, delay=delay)
-  pre, post = bench_nest._table(p, seed)
+  pre, post = _nest_cuba._table(p, seed)
   counts = np.zeros((n, n))
   np.add.at(counts, (post.ravel(), pre.ravel()), 1)
-  v0 = bench_nest._initial(p, seed)["V_m"]  # drawn as the example draws
+  v0 = _nest_cuba._initial(p, seed)["V_m"]  # drawn as the example draws
   with jax.enable_x64(True):
     w_exc = jnp.asarray(counts[:, :p.n_exc])
     w_inh = jnp.asarray(counts[:, p.n_exc:])
@@ -65,17 +65,17 @@ def _example_float64(n: int, delay: int, steps: int, seed: int = 0):
 
 
 def test_mapping_values():
-  assert bench_nest.nest_delay_ms(2) == 0.1
-  assert bench_nest.nest_delay_ms(5, dt=0.1) == 0.4
+  assert _nest_cuba.nest_delay_ms(2) == 0.1
+  assert _nest_cuba.nest_delay_ms(5, dt=0.1) == 0.4
   with pytest.raises(ValueError, match="no NEST equivalent"):
-    bench_nest.nest_delay_ms(1)
+    _nest_cuba.nest_delay_ms(1)
   from examples import cuba
   p = cuba.Params()
-  q = bench_nest.nest_params(p)
+  q = _nest_cuba.nest_params(p)
   assert q["t_ref"] == pytest.approx(p.t_ref - p.dt)
   assert q["C_m"] == q["tau_m"] == p.taum  # pA then means the example's mV
   assert (q["E_L"], q["V_th"], q["V_reset"]) == (p.el, p.v_th, p.v_reset)
-  coba = bench_nest.nest_params(cuba.Params(model="coba"))
+  coba = _nest_cuba.nest_params(cuba.Params(model="coba"))
   assert coba["C_m"] / coba["g_L"] == p.taum and coba["I_e"] == 20.0
 
 
@@ -88,7 +88,7 @@ def test_nest_is_the_example_in_float64(delay):
   steps = 1000
   ref = _example_float64(N, delay, steps)
   assert ref.sum() > 400
-  run = lambda **kw: bench_nest.nest_run(  # noqa: E731
+  run = lambda **kw: _nest_cuba.nest_run(  # noqa: E731
       "cuba", N, delay_steps=delay, threads=1, **kw)[1](steps * 0.1)
   assert _first_difference(run(), ref) == steps
   later = run(delay_ms=round(delay * 0.1, 10))  # NEST's d = the example's d
@@ -104,7 +104,7 @@ def test_cuba_spike_for_spike_then_statistics():
   _nest()
   duration = 1000.0
   a = _ei.brainshard_run("cuba", N, delay=2, exchange="delay")[1](duration)
-  b = bench_nest.nest_run("cuba", N, delay_steps=2, threads=1)[1](duration)
+  b = _nest_cuba.nest_run("cuba", N, delay_steps=2, threads=1)[1](duration)
   assert a[:400].sum() > 250
   assert _first_difference(a, b) >= 400
   sa, sb = _ei.stats(a, 0.1), _ei.stats(b, 0.1)
@@ -122,7 +122,7 @@ def test_coba_statistics():
   _nest()
   duration = 500.0
   a = _ei.brainshard_run("coba", N, delay=2, exchange="delay")[1](duration)
-  b = bench_nest.nest_run("coba", N, delay_steps=2, threads=1)[1](duration)
+  b = _nest_cuba.nest_run("coba", N, delay_steps=2, threads=1)[1](duration)
   sa, sb = _ei.stats(a, 0.1), _ei.stats(b, 0.1)
   assert 10.0 <= sa["rate_hz"] <= 35.0
   assert sb["rate_hz"] == pytest.approx(sa["rate_hz"], rel=0.2)
@@ -145,14 +145,14 @@ def test_twin_gives_the_examples_spikes():
 def test_table_medians_and_ratios():
   """The table gives each figure's median over the runs and the ratios of
   the medians; a failed implementation and a skipped section say so."""
-  keys = [k for k, _, _ in _nest_table.FIGURES]
+  keys = [k for k, _, _ in bench_nest.FIGURES]
   run = lambda x: {k: x * (i + 1) for i, k in enumerate(keys)}  # noqa: E731
   runs = {"brainshard": [run(1.0), run(3.0), run(2.0)],
           "twin": [run(4.0), run(4.0)],
           "nest": [dict(impl="nest", error="boom")]}
   case = dict(label="CUBA x")
   skipped = dict(label="microcircuit y", skip="no model")
-  table = _nest_table.render([(case, runs), (skipped, {})], "header")
+  table = bench_nest.render([(case, runs), (skipped, {})], "header")
   rows = {r.split("|")[2].strip(): [c.strip() for c in r.split("|")[3:-1]]
           for r in table.splitlines() if r.startswith("|")}
   assert rows["brainshard"][1] == "4.000" and rows["brainshard"][-1] == "3"
@@ -166,7 +166,7 @@ def test_table_medians_and_ratios():
 @pytest.mark.slow
 def test_cli_times_each_in_its_own_process(monkeypatch, tmp_path):
   _nest()
-  monkeypatch.setattr(_nest_table, "RESULTS", tmp_path)
+  monkeypatch.setattr(bench_nest, "RESULTS", tmp_path)
   out = bench_nest.main(["--only", "cuba", "--sizes", "400", "--duration",
                          "0.02", "--warmup", "10", "--repeats", "1",
                          "--threads", "1"])

@@ -233,10 +233,10 @@ def test_python_cost_times_the_generated_call_without_jax(n):
   """`python -m benchmarks python-cost`: every timed call of the generated
   call (positional, and holding its results) reached the stand-in, never
   JAX (it raises otherwise), and nothing is left held afterwards."""
-  from benchmarks import _python_cost
+  from benchmarks import bench_python_cost
   from brainshard._core.program import held, program
   n = program.PACK_FROM if n == "PACK_FROM" else n
-  r = _python_cost.python_cost(n, calls=50, batches=2)
+  r = bench_python_cost.python_cost(n, calls=50, batches=2)
   assert set(r) == {"pure", "entry", "object"} and r["pure"] > 0
   assert held.WINDOW.held is None
 
@@ -252,7 +252,7 @@ def test_instructions_counts_one_call_of_each_case():
   (the setup and the loop's own cost not counted), and bs.jit's call a few
   percent over the pure one's: JAX's dispatch is most of both. (Two cases
   only: each valgrind child costs ~30 s of startup.)"""
-  from benchmarks import _instructions
-  r = _instructions.per_call([3], calls=50, cases=("pure", "bs"))
+  from benchmarks import bench_instructions
+  r = bench_instructions.per_call([3], calls=50, cases=("pure", "bs"))
   assert set(r) == {("pure", 3), ("bs", 3)}
   assert 1.0 < r[("bs", 3)]["Ir"] / r[("pure", 3)]["Ir"] < 1.2

@@ -35,10 +35,10 @@ def test_twin_gives_the_examples_spikes():
 
 
 def test_the_nest_table_times_the_microcircuit_twin():
-  from benchmarks import _nest_table
-  args = _nest_table.parse(["--only", "microcircuit", "--impls",
+  from benchmarks import bench_nest
+  args = bench_nest.parse(["--only", "microcircuit", "--impls",
                             "brainshard,twin", "--scales", "0.1"])
   args.only = set(args.only.split(","))
-  (case,) = _nest_table.cases(args)
+  (case,) = bench_nest.cases(args)
   assert [s["impl"] for s in case["specs"]] == ["brainshard", "twin"]
   assert all(s["workload"] == "microcircuit" for s in case["specs"])

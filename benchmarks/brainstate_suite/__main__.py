@@ -4,22 +4,22 @@ Usage: ``python -m benchmarks.brainstate_suite [AREA ...] [--download]
 [--failures] [--run-slow]``.
 """
 
-import argparse
 import sys
 
+from benchmarks._harness import parser
 from benchmarks.brainstate_suite import locate, run
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(prog="python -m benchmarks.brainstate_suite")
-  parser.add_argument("areas", nargs="*", choices=[[]] + list(run.AREAS),
-                      help="areas to run (default: all)")
-  parser.add_argument("--download", action="store_true",
-                      help="pip download brainstate 0.5.4 if not installed")
-  parser.add_argument("--failures", action="store_true",
-                      help="list the failing tests and the deselected ones")
-  parser.add_argument("--run-slow", action="store_true")
-  args = parser.parse_args(argv)
+  ap = parser(__doc__, prog="python -m benchmarks.brainstate_suite")
+  ap.add_argument("areas", nargs="*", choices=[[]] + list(run.AREAS),
+                  help="areas to run (default: all)")
+  ap.add_argument("--download", action="store_true",
+                  help="pip download brainstate 0.5.4 if not installed")
+  ap.add_argument("--failures", action="store_true",
+                  help="list the failing tests and the deselected ones")
+  ap.add_argument("--run-slow", action="store_true")
+  args = ap.parse_args(argv)
   package = locate.find(download=args.download)
   if package is None:
     sys.exit("brainstate 0.5.4's tests not found (try --download)")

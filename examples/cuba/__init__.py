@@ -61,7 +61,7 @@ from examples.cuba.params import (
     RATE_RANGE, Params, mean_rate, neuron_update, valid_device_counts)
 
 # The network, plots and CLI import JAX and brainshard; a peer that only
-# needs the parameters (NEST's process in benchmarks/bench_nest.py) must not.
+# needs the parameters (NEST's process in benchmarks/_nest_children.py) must not.
 _LAZY = {"EINetwork": "network", "save_figure": "plots",
          "save_raster": "plots", "main": "cli"}
 

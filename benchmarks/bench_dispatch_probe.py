@@ -19,6 +19,7 @@ import jax
 
 import brainshard as bs
 from benchmarks import _models as M
+from benchmarks._harness import parser
 from brainshard._core import threads
 from brainshard._core.program import donation, fastcall, program as _program
 
@@ -58,8 +59,7 @@ def probe(n: int, calls: int = 200, keep: bool = False) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-  import argparse
-  argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
+  parser(__doc__).parse_args(argv)
   print(f"jax {jax.__version__} on {jax.devices()[0].platform}, Python "
         f"{sys.version.split()[0]}; AUTO_SUPPORTED={donation.AUTO_SUPPORTED}; "
         f"GIL {threads.GIL_ENABLED}, this thread owns the slots "

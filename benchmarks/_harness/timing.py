@@ -1,4 +1,5 @@
-"""Interleaved timing: every figure is a ratio measured in one process.
+"""Interleaved timing: every figure is a ratio measured in one process;
+and :class:`clock`, the one wall and CPU clock of every other timing.
 
 Machines here are shared and noisy, so the implementations being compared are
 timed in alternation (A, B, C, then B, C, A, ...) and each repeat yields one
@@ -17,7 +18,43 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import jax
+
+def _block(x: Any) -> Any:
+  # JAX is imported on first use, not with the harness: NEST's child
+  # processes measure with it and must never import JAX.
+  import jax
+  return jax.block_until_ready(x)
+
+
+class clock:
+  """Wall and CPU seconds (``.s``, ``.cpu_s``) of a ``with`` block: running
+  inside it, fixed at its end. CPU seconds are the whole process's, every
+  thread's (user + system), as NEST's and XLA's thread pools spend them.
+
+  >>> with clock() as t:
+  ...   _ = sum(range(1000))
+  >>> t.s > 0 and t.cpu_s >= 0 and t.s == t.s  # fixed after the block
+  True
+  """
+
+  def __enter__(self) -> "clock":
+    self._end = None
+    self._start = (time.perf_counter(), time.process_time())
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self._end = (time.perf_counter(), time.process_time())
+
+  def _now(self) -> tuple[float, float]:
+    return self._end or (time.perf_counter(), time.process_time())
+
+  @property
+  def s(self) -> float:
+    return self._now()[0] - self._start[0]
+
+  @property
+  def cpu_s(self) -> float:
+    return self._now()[1] - self._start[1]
 
 
 @dataclass
@@ -39,7 +76,9 @@ class Timing:
   ratio_best: float = 0.0    # min(this) / min(baseline): robust to load spikes
 
 
-def _batch(case: Case, number: int) -> float:
+def batch(case: Case, number: int) -> float:
+  """Seconds of ``number`` calls of ``case`` and one wait for its results,
+  with the garbage collector off (one of :func:`compare`'s batches)."""
   run = case.run
   gc_was = gc.isenabled()
   gc.disable()
@@ -47,7 +86,7 @@ def _batch(case: Case, number: int) -> float:
     t0 = time.perf_counter()
     for _ in range(number):
       run()
-    jax.block_until_ready(case.sync())
+    _block(case.sync())
     return time.perf_counter() - t0
   finally:
     if gc_was:
@@ -58,7 +97,7 @@ def _calibrate(case: Case, target_s: float, max_number: int) -> int:
   """Calls per batch so that one batch takes about ``target_s``."""
   number = 1
   while True:
-    t = _batch(case, number)
+    t = batch(case, number)
     if t >= target_s or number >= max_number:
       return number
     number = min(max_number, max(number * 2, int(number * target_s / max(t, 1e-9))))
@@ -73,13 +112,13 @@ def compare(cases: dict[str, Case], baseline: str, *, repeats: int,
   for name in names:
     for _ in range(warmup):
       cases[name].run()
-    jax.block_until_ready(cases[name].sync())
+    _block(cases[name].sync())
   numbers = {n: _calibrate(cases[n], target_s, max_number) for n in names}
   samples: dict[str, list[float]] = {n: [] for n in names}
   for r in range(repeats):
     order = names[r % len(names):] + names[:r % len(names)]
     for name in order:
-      samples[name].append(_batch(cases[name], numbers[name]) / numbers[name])
+      samples[name].append(batch(cases[name], numbers[name]) / numbers[name])
     gc.collect()
   return _summarise(samples, baseline, numbers)
 
@@ -120,9 +159,9 @@ def against(timings: dict[str, Timing], name: str, baseline: str) -> Timing:
 def once(fn: Callable[[], Any]) -> float:
   """Wall time of one call (blocked), for first-call latencies."""
   gc.collect()
-  t0 = time.perf_counter()
-  jax.block_until_ready(fn())
-  return time.perf_counter() - t0
+  with clock() as t:
+    _block(fn())
+  return t.s
 
 
 def compare_once(makers: dict[str, Callable[[], Callable[[], Any]]],

@@ -16,20 +16,21 @@ range(K)))`` and callgrind collects only within the builtin ``any``. A loop
 calling nothing is counted too and taken off, so a figure is one call of the
 case: for the pure loop, ``box[0] = f(box[0])`` and JAX's dispatch; for
 ``bs.jit``, the call through the object's type, its generated Python and the
-same dispatch. The cases are the suite's dispatch cases (``_workloads.py``).
+same dispatch. The cases are the suite's dispatch cases (``_dispatch.py``).
 
 Usage:  python -m benchmarks instructions [N ...] [--calls K] [--caches]
 """
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+
+from benchmarks._harness import device_env, parser
 
 # The suite's dispatch cases, by short name: (its row in the suite, the row
 # it is compared with).
@@ -47,14 +48,14 @@ def _child(case: str, n: int, calls: int) -> None:
   import jax
 
   import brainshard as bs
-  from benchmarks import _models as M, _workloads
+  from benchmarks import _dispatch, _models as M
   if case == "empty":
     run, sync = (lambda: None), (lambda: 0)
   elif case.startswith("pure"):
     run, sync = (M.dispatch_pure_kept if case == "pure-kept"
                  else M.dispatch_pure)(n)
   elif case == "bs-kept":
-    case_ = _workloads.kept_case(n)
+    case_ = _dispatch.kept_case(n)
     run, sync = case_.run, case_.sync
   else:
     states, step = M.dispatch_step(n)
@@ -82,13 +83,12 @@ def count(case: str, n: int, calls: int, caches: bool = False) -> dict:
            "--toggle-collect=builtin_any", f"--callgrind-out-file={out}"]
     if caches:
       cmd += ["--cache-sim=yes", "--branch-sim=yes"]
-    cmd += [sys.executable, "-m", "benchmarks._instructions", "--child",
+    cmd += [sys.executable, "-m", "benchmarks.bench_instructions", "--child",
             case, str(n), str(calls)]
     # A fixed hash seed: dict and set layouts, and so the counts, repeat.
     # Eight faked devices, as in the suite (run.py).
-    env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1",
-               XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") +
-                          " --xla_force_host_platform_device_count=8"))
+    env = device_env(8, dict(os.environ, PYTHONHASHSEED="0",
+                             OPENBLAS_NUM_THREADS="1"))
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if done.returncode:
       raise RuntimeError(f"{case} N={n} under valgrind failed:\n"
@@ -146,16 +146,14 @@ def main(argv: list[str] | None = None) -> int:
   if argv[:1] == ["--child"]:
     _child(argv[1], int(argv[2]), int(argv[3]))
     return 0
-  parser = argparse.ArgumentParser(
-      prog="python -m benchmarks instructions", description=__doc__.split(
-          "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("sizes", nargs="*", type=int, default=[1, 10, 100],
-                      help="numbers of States (default: 1 10 100)")
-  parser.add_argument("--calls", type=int, default=2000,
-                      help="calls counted per case (default: 2000)")
-  parser.add_argument("--caches", action="store_true",
-                      help="also simulated L1 misses and mispredictions")
-  args = parser.parse_args(argv)
+  ap = parser(__doc__)
+  ap.add_argument("sizes", nargs="*", type=int, default=[1, 10, 100],
+                  help="numbers of States (default: 1 10 100)")
+  ap.add_argument("--calls", type=int, default=2000,
+                  help="calls counted per case (default: 2000)")
+  ap.add_argument("--caches", action="store_true",
+                  help="also simulated L1 misses and mispredictions")
+  args = ap.parse_args(argv)
   result = per_call(args.sizes, args.calls, args.caches)
   print("\n".join(table(result, args.sizes)))
   return 0

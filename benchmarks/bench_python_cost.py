@@ -27,13 +27,13 @@ import jax.numpy as jnp
 
 import brainshard as bs
 from benchmarks import _models as M
-from benchmarks._harness import Case, _batch
+from benchmarks._harness import Case, batch, parser
 from brainshard._core.program import fastcall, held
 
 
 def _batch_ns(fun: Callable[[], object], calls: int) -> float:
   """ns per call of one batch, timed as the suite times its cases."""
-  return _batch(Case(fun), calls) / calls * 1e9
+  return batch(Case(fun), calls) / calls * 1e9
 
 
 def python_cost(n: int, calls: int = 20_000, batches: int = 15) -> dict:
@@ -114,12 +114,11 @@ def spread(n: int, copies: int = 3, calls: int = 10_000,
 
 
 def main(argv: list[str] | None = None) -> None:
-  import argparse
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("sizes", nargs="*", type=int, default=[1, 10, 30, 100])
-  parser.add_argument("--spread", action="store_true",
-                      help="three identical pure loops instead")
-  args = parser.parse_args(argv)
+  ap = parser(__doc__)
+  ap.add_argument("sizes", nargs="*", type=int, default=[1, 10, 30, 100])
+  ap.add_argument("--spread", action="store_true",
+                  help="three identical pure loops instead")
+  args = ap.parse_args(argv)
   for n in args.sizes:
     if args.spread:
       print(f"N={n:<5} identical pure loops against the first: "
