@@ -16,7 +16,9 @@ permuted axis whole, :func:`multinomial`, :func:`dirichlet` and
 raises). Samplers that reject (gamma, beta, chisquare, standard_t,
 dirichlet, negative_binomial) give each element its own key; the count
 samplers (poisson, binomial, multinomial, hypergeometric) run exact loops
-whose steps draw whole blocks.
+whose steps draw whole blocks, or, for poisson and binomial at small rates
+known at trace time, invert one uniform per element against a table
+(:func:`poisson_table`, :func:`from_table`).
 
 Names and argument order are ``numpy.random``'s (``size=`` is the output
 shape; ``None`` gives the parameters' broadcast shape, a scalar for scalar
@@ -41,7 +43,8 @@ Example:
 from brainshard._simulation.random.state import (
     DEFAULT_SEED, RandomState, default_state, seed, split_key)
 from brainshard._simulation.random.draw import (
-    bernoulli, normal, poisson, randint, uniform)
+    bernoulli, from_table, normal, poisson, randint, uniform)
+from brainshard._simulation.random.small import binomial_table, poisson_table
 from brainshard._simulation.random.samplers import (
     beta, chisquare, dirichlet, exponential, gamma, gumbel, laplace,
     logistic, lognormal, multivariate_normal, pareto, standard_cauchy,
@@ -70,6 +73,8 @@ __all__ = [
     "randint_like", "f", "noncentral_chisquare", "noncentral_f", "power",
     "rayleigh", "triangular", "wald", "logseries", "zipf", "vonmises",
     "random_integers", "ranf", "sample",
+    # exact small-rate counts from a table built once on the host
+    "poisson_table", "binomial_table", "from_table",
     # brainstate's names beyond numpy.random
     "t", "maxwell", "loggamma", "weibull_min", "orthogonal",
 ]

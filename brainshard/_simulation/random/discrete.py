@@ -19,11 +19,11 @@ import numpy as np
 from brainshard._simulation.random import counts
 from brainshard._simulation.random import (
     draw as random_draw, extra_api as random_extra_api,
-    samplers as random_samplers)
+    samplers as random_samplers, small as random_small)
 from brainshard._simulation.random.state import (
     RandomState, Size, _float_dtype, _shape, as_param, check)
 from brainshard._simulation.random.blocks import per_element
-from brainshard._simulation.random.draw import draw, randint
+from brainshard._simulation.random.draw import _from_table, draw, randint
 from brainshard._simulation.random.samplers import _loc_scale
 
 SHARED = 64  # the event rank of a parameter every element shares (choice's a)
@@ -272,7 +272,9 @@ def shuffle(x, axis: int = 0, key: Any = None, spec: Any = None):
 
 def binomial(n, p, size: Size = None, key: Any = None, dtype: Any = None,
              check_valid: bool = True, spec: Any = None):
-  """Successes in ``n`` trials of probability ``p``.
+  """Successes in ``n`` trials of probability ``p``, exact: concrete small
+  ``n, p`` by inversion against a host-built table (``random_small``),
+  otherwise the exact loop of ``random_counts``.
 
   Example:
     >>> import brainshard as bs
@@ -281,6 +283,10 @@ def binomial(n, p, size: Size = None, key: Any = None, dtype: Any = None,
   """
   if check_valid:
     check("binomial", lambda p: (p >= 0) & (p <= 1), "p must be in [0, 1]", p)
+  table = random_small.binomial_plan(as_param(n), as_param(p))
+  if table is not None:
+    return _from_table("binomial", np.moveaxis(table, 0, -1),
+                       _shape(size, n, p), key, dtype, spec)
   return draw("binomial", key, _binomial, (n, p), _shape(size, n, p),
               _int(dtype), spec=spec)
 

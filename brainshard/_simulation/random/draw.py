@@ -21,15 +21,18 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from brainshard._core import compat
 from brainshard._core.frames import manual_axes
-from brainshard._simulation.random import blocks as random_blocks, counts as random_counts
+from brainshard._simulation.random import (
+    blocks as random_blocks, counts as random_counts, small as random_small)
 from brainshard._simulation.random.state import (
     Size, _float_dtype, _fold_members, _key, _member_axes, _shape,
     _shard_index, as_param, check)
 
-__all__ = ["draw", "normal", "uniform", "bernoulli", "poisson", "randint"]
+__all__ = ["draw", "normal", "uniform", "bernoulli", "poisson", "randint",
+           "from_table"]
 
 
 def _draw_context(spec: Any) -> tuple[Any, tuple]:
@@ -197,9 +200,55 @@ def bernoulli(p=0.5, size: Size = None, key: Any = None,
 
 def poisson(lam=1.0, size: Size = None, key: Any = None,
             dtype: Any = jnp.int32, spec: Any = None) -> jax.Array:
-  """Poisson counts with rate ``lam`` (exact; see ``random_counts``)."""
+  """Poisson counts with rate ``lam``, exact.
+
+  A concrete ``lam`` (Python, NumPy, or a jax array outside a trace) of
+  small rates is inverted against a table built on the host
+  (``random_small``: one 31-bit uniform per element); a traced ``lam``, or
+  large or tiny rates, run the exact loop of ``random_counts``.
+
+  Example:
+    >>> import brainshard as bs
+    >>> bs.RandomState(0).poisson(2.4, size=3).dtype
+    dtype('int32')
+  """
+  table = random_small.poisson_plan(as_param(lam))
+  if table is not None:
+    return _from_table("poisson", np.moveaxis(table, 0, -1),
+                       _shape(size, lam), key, dtype, spec)
   return draw("poisson", key, _poisson, (lam,), _shape(size, lam),
               jnp.dtype(dtype or jnp.int32), spec=spec)
+
+
+def from_table(table, size: Size = None, key: Any = None,
+               dtype: Any = jnp.int32, spec: Any = None) -> jax.Array:
+  """Counts drawn from a threshold table ``[K, *shape]`` of
+  ``bs.random.poisson_table`` or ``binomial_table``: the rows whose
+  threshold 31 random bits pass, one draw per element (exact to
+  ``2**-31`` per probability: ``random_small``). Built once on the
+  host, a table may live in a State (sharded like the rates, its rows
+  whole), for per-element rates that are traced where the draw is.
+
+  Example:
+    >>> import brainshard as bs
+    >>> t = bs.random.poisson_table([0.5, 2.0, 0.0])
+    >>> bs.RandomState(0).from_table(t).shape
+    (3,)
+  """
+  table = jnp.asarray(as_param(table))
+  if table.ndim < 1 or table.dtype != jnp.int32:
+    raise TypeError(f"bs.random.from_table: table must be an int32 array "
+                    f"[K, *shape] of thresholds (bs.random.poisson_table); "
+                    f"got {table.dtype} of shape {table.shape}.")
+  # the rows last: the draw path's event axes are trailing
+  each = np.broadcast_to(np.zeros((), bool), table.shape[1:])
+  return _from_table("from_table", jnp.moveaxis(table, 0, -1),
+                     _shape(size, each), key, dtype, spec)
+
+
+def _from_table(where, table, shape, key, dtype, spec):
+  return draw(where, key, random_small.sample, (table,), shape,
+              jnp.dtype(dtype or jnp.int32), spec=spec, ranks=(1,))
 
 
 def randint(low, high=None, size: Size = None, key: Any = None,
