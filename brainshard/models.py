@@ -24,6 +24,8 @@ from brainshard._models.events import fired_ids, first_fired
 from brainshard._models.exchange import Delivery, block_spikes, unblock_spikes
 from brainshard._models.index import SynapseIndex
 from brainshard._models.layout import Layout
+from brainshard._models.neurons import (
+    IafPscAlpha, IafPscDelta, IafPscExp, Izhikevich, NeuronModel)
 from brainshard._models.population import (
     Population, counts_to_rates, population_counts, population_ids,
     population_rates, population_values, split_spikes)
@@ -45,4 +47,6 @@ __all__ = [
     # populations
     "Population", "population_values", "population_ids", "split_spikes",
     "population_rates", "population_counts", "counts_to_rates",
+    # neuron models: NEST's, under CapWords names (``nest_name`` on each)
+    "NeuronModel", "IafPscDelta", "IafPscExp", "IafPscAlpha", "Izhikevich",
 ]
