@@ -48,21 +48,23 @@ D_EXC, D_INH, D_DC = 10, 5, 3
 DC_START, DC_STOP = 2500, 6000   # steps: 250 ms to 600 ms
 
 
-def nest_or_skip():
+def fresh_nest():
+  """NEST, reset, at resolution DT (the test skips where it is missing)."""
   os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # NEST's threads spin
-  return pytest.importorskip("nest")
-
-
-def nest_run(name, params, w_exc, w_inh, dc):
-  """NEST's V_m [STEPS, n] and spikes [(step, neuron)] for neurons of
-  ``name`` with per-neuron ``params`` under the drive above."""
-  nest = nest_or_skip()
+  nest = pytest.importorskip("nest")
   if hasattr(nest, "VerbosityLevel"):
     nest.verbosity = nest.VerbosityLevel.ERROR
   else:
     nest.set_verbosity("M_ERROR")
   nest.ResetKernel()
   nest.resolution = DT
+  return nest
+
+
+def nest_run(name, params, w_exc, w_inh, dc):
+  """NEST's V_m [STEPS, n] and spikes [(step, neuron)] for neurons of
+  ``name`` with per-neuron ``params`` under the drive above."""
+  nest = fresh_nest()
   n = len(params)
   nrn = nest.Create(name, n)
   for k, p in enumerate(params):
@@ -187,6 +189,38 @@ def test_matches_nest(case):
   dv = np.abs(v - v_nest)
   assert not np.isnan(v_nest).any()
   assert dv.max() <= V_TOL, (dv.max(), np.unravel_index(dv.argmax(), dv.shape))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cls", [IafPscExp, IafPscAlpha])
+def test_near_singular_propagators_match_nest(cls):
+  """tau_syn at and around tau_m, where NEST switches between its regular
+  and singular propagator formulas (iaf_propagator.cpp)."""
+  nest = fresh_nest()
+  taus = [10.0, 10.0 + 1e-12, 10.0 - 1e-9, 10.0 + 1e-6, 10.0 + 1e-3, 9.9]
+  nrn = nest.Create(cls.nest_name, len(taus))
+  nrn.set([{"tau_syn_ex": t, "tau_syn_in": t} for t in taus])
+  gen = nest.Create("spike_generator", params={"spike_times": [1.0, 3.0]})
+  nest.Connect(gen, nrn, syn_spec={"weight": 100.0, "delay": DT})
+  mm = nest.Create("multimeter", params={"record_from": ["V_m"],
+                                         "interval": DT})
+  nest.Connect(mm, nrn)
+  steps = 300
+  nest.Simulate(steps * DT + 1.0)
+  ev = mm.get("events")
+  k = np.round(ev["times"] / DT).astype(int) - 1
+  keep = k < steps
+  v_nest = np.zeros((steps, len(taus)))
+  v_nest[k[keep], (ev["senders"] - nrn[0].global_id)[keep]] = ev["V_m"][keep]
+  model = cls(tau_syn_ex=taus, tau_syn_in=taus)
+  inputs = np.zeros((steps, 2, len(taus)))
+  inputs[[10, 30], 0] = 100.0         # stamps 10 and 30, delay 1 step
+  with jax.enable_x64(True):
+    v, spikes = bs_run(model, inputs, np.zeros((steps, len(taus))),
+                       jnp.float64)
+  peaks = v_nest.max(0)               # clear PSPs, no spike
+  assert not spikes and (peaks > -68.0).all() and (peaks < -55.0).all()
+  assert np.abs(v - v_nest).max() <= V_TOL
 
 
 # float32 against float64, per case: the most steps a spike moves, for the

@@ -99,11 +99,11 @@ class IafPscDelta(NeuronModel):
   neuron leaves its refractory period. ``V_min`` bounds ``V_m`` below.
 
   Example:
-    >>> import numpy as np
+    >>> import jax, numpy as np
     >>> model = IafPscDelta()
     >>> c = model.constants(model.params, 0.1)
-    >>> state, spikes = model.update(c, model.init_state(2),
-    ...                              np.array([[16.0, 2.0]]), np.zeros(2))
+    >>> state, spikes = jax.jit(model.update)(
+    ...     c, model.init_state(2), np.array([[16.0, 2.0]]), np.zeros(2))
     >>> spikes.tolist(), np.asarray(state['V_m']).tolist()
     ([True, False], [-70.0, -68.0])
   """
