@@ -33,6 +33,7 @@ import pytest
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import AxisType, PartitionSpec as P
 
 from brainshard._models.neurons import (
     MODELS, IafPscAlpha, IafPscDelta, IafPscExp, Izhikevich)
@@ -294,3 +295,38 @@ def test_float32_state_stays_float32_under_x64(cls):
   for name, value in new.items():
     assert value.dtype == state[name].dtype and value.shape == (2,), name
   assert spikes.dtype == jnp.bool_ and spikes.shape == (2,)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cls", list(MODELS.values()))
+def test_sharded_over_neurons_as_unsharded(cls):
+  """Per-neuron constants shard with the state (``P('x')``), scalar ones
+  are replicated: 16 neurons on 8 devices step as on one."""
+  n, steps = 16, 300
+  first = next(k for k, v in cls.defaults.items() if not isinstance(v, bool))
+  model = cls(I_e=np.linspace(100.0, 900.0, n) / (100.0 if cls is Izhikevich
+                                                   else 1.0),
+              **{first: np.full(n, cls.defaults[first])})
+  c = model.constants(model.params, DT)
+  rng = np.random.default_rng(1)
+  inputs = rng.normal(0.0, 20.0, (steps, model.n_receptors, n))
+  currents = rng.normal(0.0, 50.0, (steps, n))
+
+  def run(c, state, inputs, currents):
+    def step(s, x):
+      s, spikes = model.update(c, s, *x)
+      return s, (s["V_m"], spikes)
+    return jax.lax.scan(step, state, (inputs, currents))[1]
+
+  state = model.init_state(n)
+  want = jax.jit(run)(c, state, inputs, currents)
+  mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Auto,))
+  c_specs = {k: P("x") if np.ndim(v) else P() for k, v in c.items()}
+  sharded = jax.jit(jax.shard_map(
+      run, mesh=mesh, in_specs=(c_specs, P("x"), P(None, None, "x"),
+                                P(None, "x")),
+      out_specs=P(None, "x")))
+  got = sharded(c, state, inputs, currents)
+  assert np.asarray(want[1]).any(0).sum() >= n // 2   # most neurons fire
+  np.testing.assert_array_equal(got[1], want[1])
+  np.testing.assert_allclose(got[0], want[0], rtol=0, atol=1e-4)
