@@ -127,42 +127,36 @@ def bs_run(model, inputs, currents, dtype):
   return np.asarray(v), sorted(zip(steps.tolist(), neurons.tolist()))
 
 
-# model, per-neuron NEST parameters, w_exc, w_inh, dc amplitude (pA)
+def flagged(params, **flags):
+  return [{**p, **flags} for p in params]
+
+
+# Per-neuron NEST parameters (the brainshard model takes one list each).
+DELTA = [{"I_e": 250.0},
+         {"I_e": 200.0, "tau_m": 20.0, "C_m": 300.0, "V_min": -71.0},
+         {"I_e": 300.0, "E_L": -60.0, "V_th": -50.0, "V_reset": -65.0,
+          "t_ref": 3.0}]
+PSC = [{"I_e": 250.0},
+       {"I_e": 50.0, "C_m": 800.0, "tau_syn_ex": 10.0, "tau_syn_in": 5.0,
+        "E_L": -65.0, "V_reset": -68.0, "t_ref": 1.5},  # tau_syn_ex == tau_m
+       {"I_e": 300.0, "C_m": 200.0, "tau_m": 15.0, "V_th": -52.0,
+        "t_ref": 0.25}]                                  # 3 steps, rounded up
+IZH = [{"I_e": 3.0},
+       {"I_e": 2.0, "a": 0.1, "d": 2.0},
+       {"I_e": 1.0, "c": -50.0, "d": 2.0, "V_min": -70.0}]
+
+# model, its neurons' parameters, w_exc, w_inh, dc amplitude (pA)
 CASES = {
-    "iaf_psc_delta": (IafPscDelta(), [
-        {"I_e": 250.0},
-        {"I_e": 200.0, "tau_m": 20.0, "C_m": 300.0, "V_min": -71.0},
-        {"I_e": 300.0, "E_L": -60.0, "V_th": -50.0, "V_reset": -65.0,
-         "t_ref": 3.0}], 0.4, -0.6, 60.0),
+    "iaf_psc_delta": (IafPscDelta, DELTA, 0.4, -0.6, 60.0),
     "iaf_psc_delta refractory_input": (
-        IafPscDelta(refractory_input=True), [
-            {"I_e": 250.0, "refractory_input": True},
-            {"I_e": 200.0, "tau_m": 20.0, "C_m": 300.0, "V_min": -71.0,
-             "refractory_input": True},
-            {"I_e": 300.0, "E_L": -60.0, "V_th": -50.0, "V_reset": -65.0,
-             "t_ref": 3.0, "refractory_input": True}], 0.4, -0.6, 60.0),
-    "iaf_psc_exp": (IafPscExp(), [
-        {"I_e": 250.0},
-        {"I_e": 50.0, "C_m": 800.0, "tau_syn_ex": 10.0, "tau_syn_in": 5.0,
-         "E_L": -65.0, "V_reset": -68.0, "t_ref": 1.5},  # tau_syn_ex == tau_m
-        {"I_e": 300.0, "C_m": 200.0, "tau_m": 15.0, "V_th": -52.0,
-         "t_ref": 0.25}], 50.0, -80.0, 60.0),
-    "iaf_psc_alpha": (IafPscAlpha(), [
-        {"I_e": 250.0},
-        {"I_e": 50.0, "C_m": 800.0, "tau_syn_ex": 10.0, "tau_syn_in": 5.0,
-         "E_L": -65.0, "V_reset": -68.0, "t_ref": 1.5, "V_min": -69.5},
-        {"I_e": 300.0, "C_m": 200.0, "tau_m": 15.0, "V_th": -52.0,
-         "t_ref": 0.25}], 50.0, -80.0, 60.0),
-    "izhikevich": (Izhikevich(), [
-        {"I_e": 3.0},
-        {"I_e": 2.0, "a": 0.1, "d": 2.0},
-        {"I_e": 1.0, "c": -50.0, "d": 2.0, "V_min": -70.0}], 1.0, -1.0, 3.0),
+        IafPscDelta, flagged(DELTA, refractory_input=True), 0.4, -0.6, 60.0),
+    "iaf_psc_exp": (IafPscExp, PSC, 50.0, -80.0, 60.0),
+    "iaf_psc_alpha": (IafPscAlpha, PSC[:1] + [{**PSC[1], "V_min": -69.5}]
+                      + PSC[2:], 50.0, -80.0, 60.0),
+    "izhikevich": (Izhikevich, IZH, 1.0, -1.0, 3.0),
     "izhikevich consistent_integration=False": (
-        Izhikevich(consistent_integration=False), [
-            {"I_e": 3.0, "consistent_integration": False},
-            {"I_e": 2.0, "a": 0.1, "d": 2.0, "consistent_integration": False},
-            {"I_e": 1.0, "c": -50.0, "d": 2.0, "V_min": -70.0,
-             "consistent_integration": False}], 10.0, -10.0, 3.0),
+        Izhikevich, flagged(IZH, consistent_integration=False),
+        10.0, -10.0, 3.0),
 }
 
 
@@ -178,9 +172,9 @@ def per_neuron(model_cls, params):
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_matches_nest(case):
-  template, params, w_exc, w_inh, dc = CASES[case]
-  v_nest, spikes_nest = nest_run(template.nest_name, params, w_exc, w_inh, dc)
-  model = per_neuron(type(template), params)
+  cls, params, w_exc, w_inh, dc = CASES[case]
+  v_nest, spikes_nest = nest_run(cls.nest_name, params, w_exc, w_inh, dc)
+  model = per_neuron(cls, params)
   inputs, currents = drive(model, len(params), w_exc, w_inh, dc)
   with jax.enable_x64(True):
     v, spikes = bs_run(model, inputs, currents, jnp.float64)
@@ -236,8 +230,8 @@ F32_SHIFT = {"izhikevich": {1: 13},
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_float32_spikes_as_float64(case):
-  template, params, w_exc, w_inh, dc = CASES[case]
-  model = per_neuron(type(template), params)
+  cls, params, w_exc, w_inh, dc = CASES[case]
+  model = per_neuron(cls, params)
   inputs, currents = drive(model, len(params), w_exc, w_inh, dc)
   with jax.enable_x64(True):
     _, spikes64 = bs_run(model, inputs, currents, jnp.float64)
