@@ -26,6 +26,8 @@ from brainshard._models.delivery.events import fired_ids, first_fired
 from brainshard._models.delivery.delivery import Delivery, block_spikes, unblock_spikes
 from brainshard._models.delivery.index import SynapseIndex
 from brainshard._models.layout import Layout
+from brainshard._models.neurons import (
+    IafPscAlpha, IafPscDelta, IafPscExp, Izhikevich, NeuronModel)
 from brainshard._models.population import (
     Population, counts_to_rates, population_counts, population_ids,
     population_rates, population_values, split_spikes)
@@ -49,4 +51,6 @@ __all__ = [
     # populations
     "Population", "population_values", "population_ids", "split_spikes",
     "population_rates", "population_counts", "counts_to_rates",
+    # neuron models: NEST's, under CapWords names (``nest_name`` on each)
+    "NeuronModel", "IafPscDelta", "IafPscExp", "IafPscAlpha", "Izhikevich",
 ]

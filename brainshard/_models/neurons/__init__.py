@@ -1,1 +1,23 @@
-"""NEST's neuron models as pure steps over their state."""
+"""NEST's neuron models as pure steps over their state (see ``base.py``).
+
+``MODELS`` maps each NEST model name to its class.
+
+Example:
+  >>> from brainshard._models.neurons import MODELS
+  >>> sorted(MODELS)
+  ['iaf_psc_alpha', 'iaf_psc_delta', 'iaf_psc_exp', 'izhikevich']
+  >>> MODELS['iaf_psc_exp'](I_e=376.0).params['I_e']
+  376.0
+"""
+
+from brainshard._models.neurons.base import NeuronModel
+from brainshard._models.neurons.iaf_psc import (
+    IafPscAlpha, IafPscDelta, IafPscExp)
+from brainshard._models.neurons.izhikevich import Izhikevich
+
+__all__ = ["NeuronModel", "IafPscDelta", "IafPscExp", "IafPscAlpha",
+           "Izhikevich", "MODELS"]
+
+MODELS: dict[str, type[NeuronModel]] = {
+    cls.nest_name: cls
+    for cls in (IafPscDelta, IafPscExp, IafPscAlpha, Izhikevich)}

@@ -57,7 +57,7 @@ from typing import Any, ClassVar, Mapping
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["NeuronModel"]
+__all__ = ["NeuronModel", "cast_constants", "lower_bound"]
 
 
 class NeuronModel:
@@ -76,6 +76,12 @@ class NeuronModel:
     sign_routed: whether NEST picks the receptor by the weight's sign.
     recordables: what a ``multimeter`` may record (default: the state's
       float variables).
+
+  A default that is a ``bool`` (NEST's ``refractory_input``,
+  ``consistent_integration``) is a flag: it takes a bool, one for the whole
+  model, and :meth:`update` reads it from :attr:`params` as a Python value
+  (it picks the code path, so it cannot be a per-neuron array).
+  :meth:`validate` refuses what NEST's ``set_status`` refuses.
   """
 
   nest_name: ClassVar[str] = ""
@@ -95,7 +101,11 @@ class NeuronModel:
           f"are {sorted(self.defaults)} (NEST's names).")
     merged: dict[str, Any] = dict(self.defaults)
     for name, value in params.items():
-      merged[name] = _checked(value, f"{self.nest_name}: {name}")
+      what = f"{self.nest_name}: {name}"
+      default = self.defaults[name]
+      merged[name] = (_flag(value, what) if isinstance(default, bool)
+                      else _checked(value, what, default))
+    self.validate(merged)
     self.params: dict[str, Any] = merged
 
   def __repr__(self) -> str:
@@ -126,6 +136,10 @@ class NeuronModel:
       out[name] = np.broadcast_to(np.asarray(value, kind), (n,)).copy()
     return out
 
+  def validate(self, params: Mapping[str, Any]) -> None:
+    """Raise ``ValueError`` naming the parameter where NEST would refuse
+    ``params`` (``BadProperty``); the default accepts everything."""
+
   def constants(self, params: Mapping[str, Any], dt: float) -> dict:
     """Per-step constants (propagators, thresholds, step counts) from the
     parameters, on the host in float64; a value may be one per neuron."""
@@ -137,13 +151,68 @@ class NeuronModel:
     raise NotImplementedError
 
 
-def _checked(value: Any, what: str) -> Any:
+def cast_constants(c: Mapping[str, Any], dtype: Any) -> dict:
+  """``c`` with every float in ``dtype`` (integers stay int32), so that a
+  float32 state stays float32 when x64 is on. Host values beyond the
+  dtype's range become its largest finite value instead of overflowing.
+
+  Example:
+    >>> import numpy as np
+    >>> c = cast_constants({'P': 0.5, 'V_min': -1.8e308, 'n': 20},
+    ...                    np.float32)
+    >>> c['P'].dtype, bool(c['V_min'] == -np.finfo(np.float32).max)
+    (dtype('float32'), True)
+    >>> c['n'].dtype
+    dtype('int32')
+  """
+  out = {}
+  for name, value in c.items():
+    if isinstance(value, (bool, int, float, np.ndarray, np.generic)):
+      value = np.asarray(value)
+      if np.issubdtype(value.dtype, np.floating):
+        big = np.finfo(dtype).max
+        value = np.clip(value, -big, big)
+      kind = (dtype if np.issubdtype(value.dtype, np.floating) else
+              jnp.int32 if np.issubdtype(value.dtype, np.integer) else None)
+      out[name] = jnp.asarray(value, kind)
+    else:  # already on the device (or traced): convert floats only
+      kind = jnp.result_type(value)
+      out[name] = (value.astype(dtype) if jnp.issubdtype(kind, jnp.floating)
+                   else value)
+  return out
+
+
+def lower_bound(v_min: Any) -> np.ndarray:
+  """A lower bound (NEST's ``V_min``) as a constant fit for any dtype:
+  below float32's range (NEST's default of -DBL_MAX) it bounds nothing,
+  and becomes -inf, which float32 holds without overflowing.
+
+  Example:
+    >>> lower_bound([-1.8e308, -80.0]).tolist()
+    [-inf, -80.0]
+  """
+  v_min = np.asarray(v_min, np.float64)
+  return np.where(v_min < -np.finfo(np.float32).max, -np.inf, v_min)
+
+
+def _flag(value: Any, what: str) -> bool:
+  """A flag parameter: a bool (NumPy's too), one for the whole model."""
+  if not isinstance(value, (bool, np.bool_)):
+    raise TypeError(f"{what} must be True or False (one for the whole "
+                    f"model), got {value!r}.")
+  return bool(value)
+
+
+def _checked(value: Any, what: str, default: Any = 0.0) -> Any:
   """A parameter value: a finite number (NumPy scalars too) or a 1-D
-  sequence of them, one per neuron."""
+  sequence of them, one per neuron. Where NEST's default is an infinity
+  (``iaf_psc_alpha``'s ``V_min`` of -inf: no bound), that infinity is
+  accepted too."""
   if isinstance(value, bool):
     raise TypeError(f"{what} must be a number, got {value!r}.")
+  unbounded = float(default) if math.isinf(default) else None
   if isinstance(value, (int, float, np.integer, np.floating)):
-    if not math.isfinite(float(value)):
+    if not math.isfinite(float(value)) and float(value) != unbounded:
       raise ValueError(f"{what} must be finite, got {value}.")
     return float(value)
   arr = np.asarray(value)
@@ -151,6 +220,6 @@ def _checked(value: Any, what: str) -> Any:
     raise TypeError(f"{what} must be a number or one number per neuron "
                     f"(1-D), got {type(value).__name__} of shape "
                     f"{np.shape(value)}.")
-  if not np.isfinite(arr).all():
+  if not (np.isfinite(arr) | (arr == unbounded)).all():
     raise ValueError(f"{what} must be finite, got a non-finite entry.")
   return arr.astype(np.float64)
