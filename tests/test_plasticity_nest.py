@@ -106,7 +106,8 @@ def run_nest(pre_trains, post_trains, model, syn, delays, tau_minus,
     for at in probe["at"]:  # read the synapses between spikes
       nest.Run(round(at * DT - done, 10))
       done = at * DT
-      probed.append(np.array(conns.get(probe["keys"], output="pandas")))
+      got = conns.get(probe["keys"])
+      probed.append([np.atleast_1d(got[k]) for k in probe["keys"]])
     nest.Run(round(T_MS - done, 10))
     nest.Cleanup()
   else:
@@ -258,3 +259,62 @@ def test_stdp_synapse_network_from_nests_table():
   with jax.enable_x64(True):
     rec, err = check_stdp(5, 3, syn, delays, 25.0, 20.0, 30.0, seed=7)
   assert len(rec["weights"]) > 5 * 3 * 10
+
+
+@jax.jit
+def run_tsodyks2(params, index, weight, pre):
+  """brainshard: per step, the rows of the neurons that fired through
+  tsodyks2 (state per presynaptic neuron). Returns ``u``, ``x`` after each
+  step ``[T, n]`` and the amplitudes delivered ``[T, n, max_degree]``."""
+  model = Tsodyks2Synapse(**params)
+  n = pre.shape[1]
+  u = jnp.full((n,), params["u"], weight.dtype)
+  x = jnp.full((n,), params["x"], weight.dtype)
+
+  def step(carry, xs):
+    u, x, t_last = carry
+    s, pre_s = xs
+    ids = jnp.nonzero(pre_s, size=n, fill_value=n)[0]
+    out = tsodyks2_rows(model, ids, s, index, weight, u, x, t_last, DT)
+    return (out.u, out.x, out.t_last), (out.u, out.x, out.delivered)
+
+  carry = (u, x, jnp.full((n,), -1, jnp.int32))
+  xs = (jnp.arange(STEPS, dtype=jnp.int32), pre)
+  return jax.lax.scan(step, carry, xs)[1]
+
+
+# NEST's own test (depression only), a facilitating synapse, and both with
+# a negative weight and non-default initial u and x.
+TSODYKS2_CASES = [
+    {"U": 1.0, "u": 1.0, "x": 1.0, "tau_rec": 100.0, "tau_fac": 0.0,
+     "weight": 1.0},
+    {"U": 0.1, "u": 0.1, "x": 1.0, "tau_rec": 100.0, "tau_fac": 1000.0,
+     "weight": 2.5},
+    {"U": 0.5, "u": 0.3, "x": 0.7, "tau_rec": 800.0, "tau_fac": 20.0,
+     "weight": -1.5},
+]
+
+
+@pytest.mark.parametrize("case", range(len(TSODYKS2_CASES)))
+def test_tsodyks2_synapse_matches_nest(case):
+  syn = TSODYKS2_CASES[case]
+  pre = poisson_steps(30.0, seed=3 + case, gap=10)  # >= 1 ms apart
+  probe_at = np.append((pre[:-1] + pre[1:]) // 2, pre[-1] + 5)
+  stamps, rec, table, probed = run_nest(
+      [pre], [np.array([], np.int64)], "tsodyks2_synapse", syn, [[0.1]], 20.0,
+      probe={"at": probe_at, "keys": ["u", "x"]})
+  s = stamps[0]
+  assert len(s) == len(pre) > 15
+  np.testing.assert_array_equal(rec["steps"], s)
+  with jax.enable_x64(True):
+    index, slot = index_of(table, 2)
+    weight = jnp.zeros(index.capacity, jnp.float64).at[slot].set(syn["weight"])
+    params = {k: jnp.float64(v) for k, v in syn.items()}
+    u, x, amp = run_tsodyks2(params, index, weight, spike_matrix([s, []], 2))
+    u, x, amp = (np.asarray(a) for a in (u, x, amp))
+  nest_u = np.array([p[0][0] for p in probed])
+  nest_x = np.array([p[1][0] for p in probed])
+  np.testing.assert_allclose(u[s, 0], nest_u, rtol=RTOL, atol=0)
+  np.testing.assert_allclose(x[s, 0], nest_x, rtol=RTOL, atol=0)
+  np.testing.assert_allclose(amp[s, 0, 0], rec["weights"], rtol=RTOL, atol=0)
+  assert np.ptp(nest_x) > 0.1  # the synapse did depress

@@ -86,6 +86,7 @@ def post_history(n: int, size: int = DEFAULT_SIZE,
                      jnp.zeros((n, size), dtype), jnp.zeros((n,), jnp.int32))
 
 
+@jax.jit  # one program when called eagerly, inlined under a trace
 def record(hist: PostHistory, spikes: jax.Array, stamp, tau_minus,
            dt: float) -> PostHistory:
   """Appends a spike stamped ``stamp`` (steps) for each neuron with
@@ -123,12 +124,14 @@ def entry(hist: PostHistory, post: jax.Array, m: jax.Array):
   return hist.times.reshape(-1)[at], hist.kminus.reshape(-1)[at]
 
 
+@jax.jit
 def first_after(hist: PostHistory, post: jax.Array, t: jax.Array
                 ) -> jax.Array:
   """The number of the first spike of neurons ``post`` stamped later than
   ``t`` (``count`` if none), searched among the held entries (by halving:
   ``log2 H`` gathers per lookup, not ``H``). Entries before the ring's
   oldest are not searched: see :func:`reaches_back`."""
+  t = jnp.asarray(t).astype(jnp.int32)
   c = hist.count[jnp.clip(post.astype(jnp.int32), 0, hist.count.shape[0] - 1)]
   lo, hi = jnp.maximum(c - hist.size, 0), c
   lo, hi = jnp.broadcast_arrays(lo, hi + 0 * t)
@@ -148,6 +151,7 @@ def first_after(hist: PostHistory, post: jax.Array, t: jax.Array
   return lo
 
 
+@jax.jit
 def k_minus(hist: PostHistory, post: jax.Array, t: jax.Array, tau_minus,
             dt: float, after: jax.Array | None = None) -> jax.Array:
   """NEST's ``get_K_value(t)``: ``K_minus`` of neurons ``post`` at stamp
@@ -163,6 +167,7 @@ def k_minus(hist: PostHistory, post: jax.Array, t: jax.Array, tau_minus,
   return jnp.where(m >= 0, k_m * jnp.exp(gap * (1.0 / tau_minus)), 0)
 
 
+@jax.jit
 def reaches_back(hist: PostHistory, post: jax.Array, t: jax.Array
                  ) -> jax.Array:
   """Whether every spike of neurons ``post`` later than ``t`` is still

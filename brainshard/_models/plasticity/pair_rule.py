@@ -32,8 +32,8 @@ Example (an additive rule of one's own, weights bounded in [0, 1]):
   ...                 tau_plus=20.0)
   >>> h = record(post_history(1, size=8), jnp.array([True]), 25, 20.0, 0.1)
   >>> w, kplus, t_last = jnp.array([0.5]), jnp.array([1.0]), jnp.array([10])
-  >>> out = pair_update(rule, w, kplus, t_last, t=40, delay=jnp.array([5]),
-  ...                   post=jnp.array([0]), hist=h, tau_minus=20.0, dt=0.1)
+  >>> out = pair_update(rule, w, kplus, t_last, 40, jnp.array([5]),
+  ...                   jnp.array([0]), h, 20.0, 0.1)  # stamp 40, delay 5
   >>> # the post spike at 25 (+ 5) after the pre spike at 10: w += 0.1 *
   >>> # exp(-2 ms / 20 ms); then, 1 ms before 40 - 5: w -= 0.05 exp(-1 / 20)
   >>> [round(float(v), 6) for v in (out.weight[0], out.kplus[0])]
@@ -44,6 +44,7 @@ Example (an additive rule of one's own, weights bounded in [0, 1]):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
@@ -56,7 +57,7 @@ from brainshard._models.plasticity.history import (
 __all__ = ["PairRule", "PairUpdate", "pair_update", "pre_trace"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # hashed by identity: a static argument
 class PairRule:
   """A pair-based rule: ``facilitate(w, kplus) -> w`` at each post spike
   (``kplus``: the pre trace at that spike), ``depress(w, kminus) -> w`` at
@@ -89,6 +90,7 @@ def pre_trace(kplus, t_last, t, tau_plus, dt: float) -> jax.Array:
   return kplus * jnp.exp(gap / tau_plus) + 1
 
 
+@functools.partial(jax.jit, static_argnums=0)  # one program when eager
 def pair_update(rule: PairRule, weight, kplus, t_last, t, delay, post,
                 hist: PostHistory, tau_minus, dt: float) -> PairUpdate:
   """The lazy update of synapses whose presynaptic neuron spiked at stamp

@@ -62,10 +62,12 @@ class StdpSynapse(SynapseModel):
     mu_plus, mu_minus = p["mu_plus"], p["mu_minus"]
 
     def facilitate(w, kplus):
+      w = jnp.asarray(w)
       norm = (w / wmax) + (lam * jnp.power(1.0 - (w / wmax), mu_plus) * kplus)
       return jnp.where(norm < 1.0, norm * wmax, wmax).astype(w.dtype)
 
     def depress(w, kminus):
+      w = jnp.asarray(w)
       norm = (w / wmax) - (alpha * lam * jnp.power(w / wmax, mu_minus)
                            * kminus)
       return jnp.where(norm > 0.0, norm * wmax, 0.0).astype(w.dtype)
