@@ -11,7 +11,8 @@ on a ``SynapseIndex`` built from NEST's own connection table
 (``GetConnections``), one ``lax.scan`` step per time step: record the post
 spikes, then update the rows of the neurons that fired.
 
-Skipped where NEST is not installed (``pip install nest-simulator``).
+The network also runs in float32, the default, to 1e-5. Skipped where
+NEST is not installed (``pip install nest-simulator``).
 """
 
 import dataclasses
@@ -27,10 +28,12 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from brainshard._models.delivery_testing import index_from_arrays  # noqa: E402
-from brainshard._models.plasticity.history import post_history, record  # noqa: E402
-from brainshard._models.plasticity.rows import pair_rows, tsodyks2_rows  # noqa: E402
-from brainshard._models.plasticity.stdp import StdpSynapse  # noqa: E402
-from brainshard._models.plasticity.tsodyks2 import Tsodyks2Synapse  # noqa: E402
+from brainshard._models.plasticity import (  # noqa: E402
+    history, rows, stdp, tsodyks2)
+
+post_history, record = history.post_history, history.record
+pair_rows, tsodyks2_rows = rows.pair_rows, rows.tsodyks2_rows
+StdpSynapse, Tsodyks2Synapse = stdp.StdpSynapse, tsodyks2.Tsodyks2Synapse
 
 DT, T_MS = 0.1, 1000.0
 STEPS = int(round(T_MS / DT)) + 20
@@ -174,10 +177,11 @@ def run_stdp(params, tau_minus, index, weight, pre, post):
 
 
 def check_stdp(n_pre, n_post, syn, delays, tau_minus, pre_rate, post_rate,
-               seed, edge=False, lag=None):
+               seed, edge=False, lag=None, dtype=jnp.float64, rtol=RTOL):
   """NEST and brainshard on the same trains (``lag``: the post train is
   the first pre train ``lag`` steps later, plus Poisson spikes); the
-  weights of every synapse at every pre spike must agree to RTOL. Returns
+  weights of every synapse at every pre spike must agree to ``rtol``
+  (brainshard computing in ``dtype``). Returns
   NEST's weight records and the largest relative error."""
   pre_t = trains(n_pre, pre_rate, seed, EDGE_PRE if edge else None)
   post_t = trains(n_post, post_rate, seed + 100, EDGE_POST if edge else None)
@@ -187,12 +191,13 @@ def check_stdp(n_pre, n_post, syn, delays, tau_minus, pre_rate, post_rate,
                                    delays, tau_minus, extra=["Kplus"])
   n = n_pre + n_post
   index, slot = index_of(table, n)
-  params = {k: jnp.float64(v) for k, v in StdpSynapse(**syn).params.items()}
-  weight = jnp.asarray(table["weight"] * 0 + syn["weight"], jnp.float64)
-  weight = jnp.zeros(index.capacity, jnp.float64).at[slot].set(weight)
-  ws, kplus, bad = run_stdp(params, jnp.float64(tau_minus), index, weight,
-                            spike_matrix(stamps[:n_pre] + [[]] * n_post, n),
-                            spike_matrix([[]] * n_pre + stamps[n_pre:], n))
+  params = {k: jnp.asarray(v, dtype)
+            for k, v in StdpSynapse(**syn).params.items()}
+  weight = jnp.zeros(index.capacity, dtype).at[slot].set(syn["weight"])
+  pre = spike_matrix(stamps[:n_pre] + [[]] * n_post, n)
+  post = spike_matrix([[]] * n_pre + stamps[n_pre:], n)
+  ws, kplus, bad = run_stdp(params, jnp.asarray(tau_minus, dtype), index,
+                            weight, pre, post)
   assert int(bad) == 0
   ws = np.asarray(ws)
   errors = []
@@ -201,12 +206,12 @@ def check_stdp(n_pre, n_post, syn, delays, tau_minus, pre_rate, post_rate,
     steps = rec["steps"][sel]
     np.testing.assert_array_equal(steps, stamps[src])  # one per pre spike
     ours = ws[steps, slot[k]]
-    np.testing.assert_allclose(ours, rec["weights"][sel], rtol=RTOL, atol=0)
+    np.testing.assert_allclose(ours, rec["weights"][sel], rtol=rtol, atol=0)
     errors.append(np.max(np.abs(ours - rec["weights"][sel])
                          / np.maximum(np.abs(rec["weights"][sel]), 1e-300)))
   # the trace each presynaptic neuron ends with: NEST's Kplus, per synapse
   np.testing.assert_allclose(np.asarray(kplus)[table["source"]],
-                             table["Kplus"], rtol=RTOL, atol=0)
+                             table["Kplus"], rtol=rtol, atol=0)
   return rec, max(errors)
 
 
@@ -234,6 +239,7 @@ STDP_CASES = [
 ]
 
 
+@pytest.mark.slow  # NEST and one program for all cases: ~2 s for the first
 @pytest.mark.parametrize("case", range(len(STDP_CASES)),
                          ids=[c[0] for c in STDP_CASES])
 def test_stdp_synapse_pair_matches_nest(case):
@@ -250,6 +256,7 @@ def test_stdp_synapse_pair_matches_nest(case):
   assert not ((w == 0) | (w == syn["Wmax"])).all()
 
 
+@pytest.mark.slow  # two programs (float64, float32): ~3 s
 def test_stdp_synapse_network_from_nests_table():
   # 5 pre parrots -> 3 post parrots, all to all, 15 delays of 0.1-2.9 ms
   delays = [[round(0.1 * (1 + (7 * i + 3 * j) % 29), 1) for j in range(3)]
@@ -259,6 +266,9 @@ def test_stdp_synapse_network_from_nests_table():
   with jax.enable_x64(True):
     rec, err = check_stdp(5, 3, syn, delays, 25.0, 20.0, 30.0, seed=7)
   assert len(rec["weights"]) > 5 * 3 * 10
+  # float32, the default: the same trajectories to float32's precision
+  check_stdp(5, 3, syn, delays, 25.0, 20.0, 30.0, seed=7, dtype=jnp.float32,
+             rtol=1e-5)
 
 
 @jax.jit
@@ -295,6 +305,7 @@ TSODYKS2_CASES = [
 ]
 
 
+@pytest.mark.slow  # one program for all cases: ~1 s for the first
 @pytest.mark.parametrize("case", range(len(TSODYKS2_CASES)))
 def test_tsodyks2_synapse_matches_nest(case):
   syn = TSODYKS2_CASES[case]

@@ -10,9 +10,9 @@ Example:
   ...   defaults = {'weight': 1.0}
   >>> Static(weight=2), Static().params
   (Static(weight=2.0), {'weight': 1.0})
-  >>> Static(w=1.0)
+  >>> Static(w=1.0)  # doctest: +ELLIPSIS
   Traceback (most recent call last):
-  ValueError: static_synapse: unknown parameter(s) ['w']; its parameters are ['weight'] (NEST's names).
+  ValueError: static_synapse: unknown parameter(s) ['w']; its parameters ...
 """
 
 from __future__ import annotations
