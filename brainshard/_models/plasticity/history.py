@@ -47,10 +47,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-__all__ = ["DEFAULT_SIZE", "PostHistory", "post_history", "record",
+__all__ = ["DEFAULT_SIZE", "TAU_MINUS", "PostHistory", "post_history", "record",
            "first_after", "entry", "k_minus", "reaches_back"]
 
 DEFAULT_SIZE = 128
+# NEST's default tau_minus (ms): a parameter of every NEST neuron model (an
+# ArchivingNode), set on the post neuron, not on the synapse.
+TAU_MINUS = 20.0
 
 
 @jax.tree_util.register_dataclass
