@@ -163,6 +163,16 @@ def test_dtypes_follow_the_weights():
     assert got.x.dtype == jnp.float64
 
 
+def test_whole_exponents_are_cs_pow():
+  from brainshard._models.plasticity.stdp import power
+  with jax.enable_x64(True):
+    x = np.random.default_rng(3).random(2000)
+    for mu in (0.0, 1.0, 2.0):
+      got = np.asarray(power(jnp.asarray(x), mu))
+      assert (got == np.array([math.pow(v, mu) for v in x])).all(), mu
+    assert np.asarray(power(jnp.asarray(x), 0.4)).dtype == np.float64
+
+
 def test_parameters_are_nests():
   with pytest.raises(ValueError, match="unknown parameter.*'tau_minus'"):
     StdpSynapse(tau_minus=20.0)  # the post neuron's, not the synapse's

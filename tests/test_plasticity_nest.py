@@ -16,6 +16,7 @@ NEST is not installed (``pip install nest-simulator``).
 """
 
 import dataclasses
+import functools
 import os
 
 import numpy as np
@@ -149,11 +150,13 @@ def spike_matrix(stamps, n):
   return out
 
 
-@jax.jit
-def run_stdp(params, tau_minus, index, weight, pre, post):
+@functools.partial(jax.jit, static_argnames="static")
+def run_stdp(params, tau_minus, index, weight, pre, post, static=()):
   """brainshard: per step (stamp s) record the post spikes, then update
   the rows of the neurons that fired. Returns the weights after each
-  step ``[T, capacity]`` and the count of inexact updates."""
+  step ``[T, capacity]`` and the count of inexact updates. ``params``
+  are traced (one program for all cases), ``static`` ones numbers."""
+  params = {**params, **dict(static)}
   rule = StdpSynapse(**params).rule()
   n = pre.shape[1]
   hist = post_history(n, dtype=weight.dtype)
@@ -177,11 +180,13 @@ def run_stdp(params, tau_minus, index, weight, pre, post):
 
 
 def check_stdp(n_pre, n_post, syn, delays, tau_minus, pre_rate, post_rate,
-               seed, edge=False, lag=None, dtype=jnp.float64, rtol=RTOL):
+               seed, edge=False, lag=None, dtype=jnp.float64, rtol=RTOL,
+               static=False):
   """NEST and brainshard on the same trains (``lag``: the post train is
   the first pre train ``lag`` steps later, plus Poisson spikes); the
   weights of every synapse at every pre spike must agree to ``rtol``
-  (brainshard computing in ``dtype``). Returns
+  (brainshard computing in ``dtype``, with the parameters as numbers if
+  ``static``, as NEST's whole exponents then multiply). Returns
   NEST's weight records and the largest relative error."""
   pre_t = trains(n_pre, pre_rate, seed, EDGE_PRE if edge else None)
   post_t = trains(n_post, post_rate, seed + 100, EDGE_POST if edge else None)
@@ -191,13 +196,15 @@ def check_stdp(n_pre, n_post, syn, delays, tau_minus, pre_rate, post_rate,
                                    delays, tau_minus, extra=["Kplus"])
   n = n_pre + n_post
   index, slot = index_of(table, n)
-  params = {k: jnp.asarray(v, dtype)
-            for k, v in StdpSynapse(**syn).params.items()}
+  params = StdpSynapse(**syn).params
+  traced = {} if static else {k: jnp.asarray(v, dtype)
+                              for k, v in params.items()}
   weight = jnp.zeros(index.capacity, dtype).at[slot].set(syn["weight"])
   pre = spike_matrix(stamps[:n_pre] + [[]] * n_post, n)
   post = spike_matrix([[]] * n_pre + stamps[n_pre:], n)
-  ws, kplus, bad = run_stdp(params, jnp.asarray(tau_minus, dtype), index,
-                            weight, pre, post)
+  ws, kplus, bad = run_stdp(
+      traced, jnp.asarray(tau_minus, dtype), index, weight, pre, post,
+      static=tuple(sorted(params.items())) if static else ())
   assert int(bad) == 0
   ws = np.asarray(ws)
   errors = []
@@ -256,15 +263,16 @@ def test_stdp_synapse_pair_matches_nest(case):
   assert not ((w == 0) | (w == syn["Wmax"])).all()
 
 
-@pytest.mark.slow  # two programs (float64, float32): ~3 s
+@pytest.mark.slow  # two programs (float64 with numbers, float32): ~3-5 s
 def test_stdp_synapse_network_from_nests_table():
   # 5 pre parrots -> 3 post parrots, all to all, 15 delays of 0.1-2.9 ms
   delays = [[round(0.1 * (1 + (7 * i + 3 * j) % 29), 1) for j in range(3)]
             for i in range(5)]
   syn = {"lambda": 0.02, "alpha": 1.05, "mu_plus": 1.0, "mu_minus": 1.0,
          "tau_plus": 18.0, "Wmax": 5.0, "weight": 2.0}
-  with jax.enable_x64(True):
-    rec, err = check_stdp(5, 3, syn, delays, 25.0, 20.0, 30.0, seed=7)
+  with jax.enable_x64(True):  # mu = 1 given as numbers: multiplied
+    rec, err = check_stdp(5, 3, syn, delays, 25.0, 20.0, 30.0, seed=7,
+                          static=True)
   assert len(rec["weights"]) > 5 * 3 * 10
   # float32, the default: the same trajectories to float32's precision
   check_stdp(5, 3, syn, delays, 25.0, 20.0, 30.0, seed=7, dtype=jnp.float32,

@@ -31,12 +31,23 @@ Example:
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from brainshard._models.plasticity.model import SynapseModel
 from brainshard._models.plasticity.pair_rule import PairRule
 
-__all__ = ["StdpSynapse"]
+__all__ = ["StdpSynapse", "power"]
+
+
+def power(x, mu):
+  """NEST's ``std::pow(x, mu)``. A whole ``mu`` given as a number (0 and 1,
+  the additive and multiplicative rules) multiplies: C's ``pow`` is exact
+  there and XLA's ``pow`` not always (``x ** 2.0``), and it costs nothing."""
+  if isinstance(mu, (int, float)) and float(mu).is_integer() and (
+      0 <= mu <= 4):
+    return jax.lax.integer_pow(jnp.asarray(x), int(mu))
+  return jnp.power(x, mu)
 
 
 class StdpSynapse(SynapseModel):
@@ -63,13 +74,12 @@ class StdpSynapse(SynapseModel):
 
     def facilitate(w, kplus):
       w = jnp.asarray(w)
-      norm = (w / wmax) + (lam * jnp.power(1.0 - (w / wmax), mu_plus) * kplus)
+      norm = (w / wmax) + (lam * power(1.0 - (w / wmax), mu_plus) * kplus)
       return jnp.where(norm < 1.0, norm * wmax, wmax).astype(w.dtype)
 
     def depress(w, kminus):
       w = jnp.asarray(w)
-      norm = (w / wmax) - (alpha * lam * jnp.power(w / wmax, mu_minus)
-                           * kminus)
+      norm = (w / wmax) - (alpha * lam * power(w / wmax, mu_minus) * kminus)
       return jnp.where(norm > 0.0, norm * wmax, 0.0).astype(w.dtype)
 
     return PairRule(facilitate, depress, p["tau_plus"])
