@@ -11,8 +11,8 @@ in slot ``m % H``), so the state has a fixed shape and lives on the
 neuron's shard.
 
 A lookup is exact whenever the entries it needs are still in the ring: the
-ones later than the synapse's window start ``t_last - d``
-(:func:`reaches_back`). ``H`` = :data:`DEFAULT_SIZE` = 128 entries: 1 KiB a
+ones later than the synapse's window start ``t_last - d`` (:func:`window`
+says whether they are). ``H`` = :data:`DEFAULT_SIZE` = 128 entries: 1 KiB a
 neuron in float32 (an int32 time and a float K an entry), a few percent of
 the memory of its ~1,000+ incoming synapses, and for Poisson trains the
 chance that an update misses an entry is ``(r_post / (r_pre + r_post)) **
@@ -42,13 +42,13 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 __all__ = ["DEFAULT_SIZE", "TAU_MINUS", "PostHistory", "post_history", "record",
-           "first_after", "entry", "k_minus", "reaches_back"]
+           "entry", "Window", "window", "k_minus"]
 
 DEFAULT_SIZE = 128
 # NEST's default tau_minus (ms): a parameter of every NEST neuron model (an
@@ -127,31 +127,47 @@ def entry(hist: PostHistory, post: jax.Array, m: jax.Array):
   return hist.times.reshape(-1)[at], hist.kminus.reshape(-1)[at]
 
 
+class Window(NamedTuple):
+  """Where a synapse's window ``(start, end]`` lies in its post neuron's
+  spikes: ``first`` and ``stop`` (spike numbers: the window is ``first ..
+  stop - 1``) and ``exact``: the ring reached back past ``start`` (or never
+  dropped a spike), so no spike the update needs was overwritten."""
+
+  first: jax.Array
+  stop: jax.Array
+  exact: jax.Array
+
+
 @jax.jit
-def first_after(hist: PostHistory, post: jax.Array, t: jax.Array
-                ) -> jax.Array:
-  """The number of the first spike of neurons ``post`` stamped later than
-  ``t`` (``count`` if none), searched among the held entries (by halving:
-  ``log2 H`` gathers per lookup, not ``H``). Entries before the ring's
-  oldest are not searched: see :func:`reaches_back`."""
-  t = jnp.asarray(t).astype(jnp.int32)
-  c = hist.count[jnp.clip(post.astype(jnp.int32), 0, hist.count.shape[0] - 1)]
-  lo, hi = jnp.maximum(c - hist.size, 0), c
-  lo, hi = jnp.broadcast_arrays(lo, hi + 0 * t)
+def window(hist: PostHistory, post: jax.Array, start: jax.Array,
+           end: jax.Array) -> Window:
+  """The spikes of neurons ``post`` stamped in ``(start, end]``, found by
+  walking back from each neuron's newest spike to its first one at or
+  before ``start``. The walk takes as many steps as the most spikes any
+  lane has after ``start``, plus one: the facilitation loop's length, plus
+  the spikes since ``end`` (a delay's worth) and one; 1 when no post neuron
+  fired since (the usual case at cortical rates), at most ``H``."""
+  start = jnp.asarray(start).astype(jnp.int32)
+  end = jnp.asarray(end).astype(jnp.int32)
+  p = jnp.clip(post.astype(jnp.int32), 0, hist.count.shape[0] - 1)
+  c = hist.count[p]
+  held = jnp.minimum(c, hist.size)
+  # zeros computed from the inputs: inside a shard_map the loop's carry
+  # then varies over the mesh as they do
+  zero = (c + start + end) * 0
   times = hist.times.reshape(-1)
 
-  def halve(_, bounds):
-    lo, hi = bounds
-    mid = (lo + hi) // 2
-    later = times[_flat(hist, post, mid)] > t
-    active = lo < hi
-    return (jnp.where(active & ~later, mid + 1, lo),
-            jnp.where(active & later, mid, hi))
+  def back(carry):
+    j, n_start, n_end, going = carry
+    t_m = times[_flat(hist, post, c - 1 - j)]
+    going = going & (j < held)
+    later = going & (t_m > start)
+    return (j + 1, n_start + later, n_end + (going & (t_m > end)), later)
 
-  # ceil(log2(H + 1)) halvings; a loop, not unrolled: 3 searches an update
-  # unrolled made XLA:CPU compile a step several times slower.
-  lo, _ = jax.lax.fori_loop(0, hist.size.bit_length(), halve, (lo, hi))
-  return lo
+  carry = (jnp.int32(0), zero, zero, held + zero > 0)
+  _, n_start, n_end, _ = jax.lax.while_loop(
+      lambda carry: jnp.any(carry[3]), back, carry)
+  return Window(c - n_start, c - n_end, (c <= hist.size) | (n_start < held))
 
 
 @jax.jit
@@ -159,25 +175,14 @@ def k_minus(hist: PostHistory, post: jax.Array, t: jax.Array, tau_minus,
             dt: float, after: jax.Array | None = None) -> jax.Array:
   """NEST's ``get_K_value(t)``: ``K_minus`` of neurons ``post`` at stamp
   ``t``, from their latest spike strictly before ``t`` (a spike at ``t``
-  itself does not count); 0 before the first spike. ``after`` may pass
-  ``first_after(hist, post, t)`` when the caller has it."""
-  after = first_after(hist, post, t) if after is None else after
+  itself does not count); 0 before the first spike. ``after``: the number
+  of the first spike later than ``t``, when the caller has it (a
+  :func:`window`'s ``stop``)."""
+  t = jnp.asarray(t).astype(jnp.int32)
+  after = window(hist, post, t, t).stop if after is None else after
   m = after - 1
   t_m, _ = entry(hist, post, m)
   m = jnp.where((m >= 0) & (t_m >= t), m - 1, m)  # at t: the one before
   t_m, k_m = entry(hist, post, m)
   gap = (t_m - t).astype(k_m.dtype) * dt
   return jnp.where(m >= 0, k_m * jnp.exp(gap * (1.0 / tau_minus)), 0)
-
-
-@jax.jit
-def reaches_back(hist: PostHistory, post: jax.Array, t: jax.Array
-                 ) -> jax.Array:
-  """Whether every spike of neurons ``post`` later than ``t`` is still
-  held, together with the last one at or before ``t``: no spike dropped
-  yet, or the oldest held one is at or before ``t``. A lookup of the
-  window ``(t, ...]`` and of ``K_minus`` after ``t`` is then exact."""
-  p = jnp.clip(post.astype(jnp.int32), 0, hist.count.shape[0] - 1)
-  c = hist.count[p]
-  oldest, _ = entry(hist, post, c - hist.size)
-  return (c <= hist.size) | (oldest <= t)

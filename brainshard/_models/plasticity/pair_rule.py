@@ -52,7 +52,7 @@ import jax
 import jax.numpy as jnp
 
 from brainshard._models.plasticity.history import (
-    PostHistory, entry, first_after, k_minus, reaches_back)
+    PostHistory, entry, k_minus, window)
 
 __all__ = ["PairRule", "PairUpdate", "pair_update", "pre_trace"]
 
@@ -114,8 +114,7 @@ def pair_update(rule: PairRule, weight, kplus, t_last, t, delay, post,
   t_last = jnp.asarray(t_last, jnp.int32)
   d = jnp.asarray(delay).astype(jnp.int32)
   start, end = t_last - d, jnp.asarray(t, jnp.int32) - d  # window (start, end]
-  first = first_after(hist, post, start)
-  stop = first_after(hist, post, end)
+  first, stop, exact = window(hist, post, start, end)
   count = stop - first
 
   def facilitate(j, w):
@@ -132,4 +131,4 @@ def pair_update(rule: PairRule, weight, kplus, t_last, t, delay, post,
   return PairUpdate(w.astype(weight.dtype),
                     pre_trace(kplus, t_last, t, rule.tau_plus, dt),
                     jnp.broadcast_to(jnp.asarray(t, jnp.int32), t_last.shape),
-                    reaches_back(hist, post, start))
+                    exact)
