@@ -26,7 +26,7 @@ dt`` ms. Comparing integers needs none of NEST's ``stdp_eps``.
 Example:
   >>> import jax.numpy as jnp
   >>> from brainshard._models.plasticity.history import (
-  ...     post_history, record, k_minus)
+  ...     post_history, record, k_minus, window)
   >>> h = post_history(2, size=4)
   >>> h = record(h, jnp.array([True, False]), 10, tau_minus=20.0, dt=0.1)
   >>> h = record(h, jnp.array([True, True]), 30, tau_minus=20.0, dt=0.1)
@@ -37,6 +37,9 @@ Example:
   >>> k = k_minus(h, jnp.array([0, 0]), jnp.array([30, 31]), 20.0, 0.1)
   >>> [round(float(v), 5) for v in k]       # strictly before t, as NEST
   [0.90484, 1.89534]
+  >>> w = window(h, jnp.array([0]), jnp.array([10]), jnp.array([40]))
+  >>> w.first.tolist(), w.stop.tolist(), w.exact.tolist()  # (10, 40]: 30
+  ([1], [2], [True])
 """
 
 from __future__ import annotations
