@@ -63,7 +63,8 @@ class PairRule:
   (``kplus``: the pre trace at that spike), ``depress(w, kminus) -> w`` at
   each pre spike (``kminus``: the post trace), both elementwise and
   jnp-traceable; ``tau_plus`` (ms) is the pre trace's time constant (the
-  post trace's, ``tau_minus``, belongs to the post neuron)."""
+  post trace's, ``tau_minus``, belongs to the post neuron). Make a rule
+  once: called eagerly, :func:`pair_update` compiles once per rule object."""
 
   facilitate: Callable[[Any, Any], Any]
   depress: Callable[[Any, Any], Any]
