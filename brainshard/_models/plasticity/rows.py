@@ -1,0 +1,131 @@
+"""Plasticity on the rows delivery visits: the synapses of the presynaptic
+neurons that fired, updated in place in one shard's CSR.
+
+A shard holds the synapses onto its neurons, a CSR over global
+presynaptic ids (:class:`~brainshard._models.delivery.index.SynapseIndex`). When the
+neurons ``ids`` fire (stamp ``t``), delivery visits their rows as a batch
+``[k, max_degree]`` of slots; these functions update those synapses with a
+rule, write the new per-synapse values back at their slots, and return
+the amplitude each delivers, ``[k, max_degree]`` (0 in unused lanes), for
+the ring buffer at ``(receptor, t - 1 + delay, post)`` as delivery adds
+``index.weight``. The rules' per-presynaptic state (``Kplus``, ``t_last``;
+``u``, ``x``) is kept per presynaptic neuron, ``[n_pre]`` on every shard:
+every shard computes the same values for the same spikes.
+
+Example:
+  >>> import jax.numpy as jnp
+  >>> from brainshard._models.delivery.from_arrays import index_from_arrays
+  >>> from brainshard._models.plasticity.rows import row_slots
+  >>> idx = index_from_arrays([0, 1, 0], [1, 0, 0], [1., 2., 3.], [1, 1, 2],
+  ...                         n=2)
+  >>> pos, ok = row_slots(idx, jnp.array([0, 2]))  # neuron 0, then none
+  >>> pos.tolist(), ok.tolist()
+  ([[0, 1], [2, 2]], [[True, True], [False, False]])
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from brainshard._models.delivery.index import SynapseIndex
+from brainshard._models.plasticity.history import PostHistory
+from brainshard._models.plasticity.pair_rule import (
+    PairRule, pair_update, pre_trace)
+from brainshard._models.plasticity.tsodyks2 import (
+    Tsodyks2Synapse, tsodyks2_update)
+
+__all__ = ["row_slots", "PairRows", "pair_rows", "Tsodyks2Rows",
+           "tsodyks2_rows"]
+
+
+def row_slots(index: SynapseIndex, ids: jax.Array):
+  """The slots ``pos [k, D]`` (int32, clipped into the index) of the rows
+  of ``ids`` (global presynaptic ids; ``n_pre`` = none) in this shard's
+  block, and ``ok [k, D]``: the lanes that hold a synapse."""
+  n_pre = index.indptr.shape[0] - 1
+  cap = index.post.shape[0]
+  lanes = jnp.arange(index.max_degree, dtype=jnp.int32)
+  ids = jnp.asarray(ids, jnp.int32)
+  start = index.indptr[jnp.minimum(ids, n_pre)]
+  deg = index.indptr[jnp.minimum(ids + 1, n_pre)] - start
+  pos = jnp.minimum(start[:, None] + lanes, max(cap - 1, 0))
+  return pos, lanes < deg[:, None]
+
+
+def _put(array: jax.Array, pos, ok, values) -> jax.Array:
+  """``array`` with ``values`` at slots ``pos`` where ``ok`` (each slot
+  once: no order matters)."""
+  return array.at[jnp.where(ok, pos, array.shape[0])].set(
+      values.astype(array.dtype), mode="drop")
+
+
+class PairRows(NamedTuple):
+  """After :func:`pair_rows`: the weights ``[capacity]``, ``kplus`` and
+  ``t_last`` ``[n_pre]``, the delivered weights ``[k, D]`` and ``inexact``,
+  the count of synapse updates that may have missed a post spike (the
+  post neurons' history was too short)."""
+
+  weight: jax.Array
+  kplus: jax.Array
+  t_last: jax.Array
+  delivered: jax.Array
+  inexact: jax.Array
+
+
+def pair_rows(rule: PairRule, ids, t, index: SynapseIndex, weight, kplus,
+              t_last, hist: PostHistory, tau_minus, dt: float) -> PairRows:
+  """The synapses of the neurons ``ids`` (fired, stamp ``t`` steps)
+  updated by ``rule`` (:func:`~brainshard._models.plasticity.pair_rule.
+  pair_update`), in this shard's block: ``weight [capacity]`` per slot,
+  ``kplus``, ``t_last`` ``[n_pre]`` per presynaptic neuron, ``hist`` the
+  shard's post neurons' history (spikes recorded up to at least ``t - 1``),
+  ``tau_minus`` a number or ``[n_local]``."""
+  pos, ok = row_slots(index, ids)
+  ids = jnp.asarray(ids, jnp.int32)
+  n_pre = kplus.shape[0]
+  mine = jnp.minimum(ids, n_pre - 1)
+  post = index.post[pos].astype(jnp.int32)
+  if jnp.ndim(tau_minus):
+    tau_minus = jnp.asarray(tau_minus)[jnp.minimum(post, index.n_local - 1)]
+  k_pre, t_pre = kplus[mine][:, None], t_last[mine][:, None]
+  out = pair_update(rule, weight[pos], k_pre, t_pre, t, index.delay[pos],
+                    post, hist, tau_minus, dt)
+  new_k = pre_trace(kplus[mine], t_last[mine], t, rule.tau_plus, dt)
+  stamp = jnp.full(ids.shape, t, jnp.int32)
+  return PairRows(
+      _put(weight, pos, ok, out.weight),
+      kplus.at[ids].set(new_k.astype(kplus.dtype), mode="drop"),
+      t_last.at[ids].set(stamp, mode="drop"),
+      jnp.where(ok, out.weight, 0),
+      jnp.sum(ok & ~out.exact, dtype=jnp.int32))
+
+
+class Tsodyks2Rows(NamedTuple):
+  """After :func:`tsodyks2_rows`: ``u``, ``x``, ``t_last`` ``[n_pre]`` and
+  the delivered amplitudes ``x u weight`` ``[k, D]``."""
+
+  u: jax.Array
+  x: jax.Array
+  t_last: jax.Array
+  delivered: jax.Array
+
+
+def tsodyks2_rows(model: Tsodyks2Synapse, ids, t, index: SynapseIndex,
+                  weight: Any, u, x, t_last, dt: float) -> Tsodyks2Rows:
+  """The synapses of the neurons ``ids`` (fired, stamp ``t``) through
+  ``tsodyks2_synapse``: ``u``, ``x``, ``t_last`` ``[n_pre]`` per
+  presynaptic neuron (its synapses share the model's parameters),
+  ``weight [capacity]`` per slot (unchanged)."""
+  pos, ok = row_slots(index, ids)
+  ids = jnp.asarray(ids, jnp.int32)
+  mine = jnp.minimum(ids, u.shape[0] - 1)
+  out = tsodyks2_update(model, 1.0, u[mine], x[mine], t_last[mine], t, dt)
+  amp = out.amplitude[:, None] * weight[pos]
+  drop = dict(mode="drop")
+  return Tsodyks2Rows(u.at[ids].set(out.u, **drop),
+                      x.at[ids].set(out.x, **drop),
+                      t_last.at[ids].set(out.t_last, **drop),
+                      jnp.where(ok, amp, 0))
