@@ -26,6 +26,9 @@ from brainshard._models.delivery.events import fired_ids, first_fired
 from brainshard._models.delivery.delivery import Delivery, block_spikes, unblock_spikes
 from brainshard._models.delivery.index import SynapseIndex
 from brainshard._models.layout import Layout
+from brainshard._models.network.network import Network
+from brainshard._models.network.nodes import NodeCollection
+from brainshard._models.network.recorders import Multimeter, SpikeRecorder
 from brainshard._models.neurons import (
     IafPscAlpha, IafPscDelta, IafPscExp, Izhikevich, NeuronModel)
 from brainshard._models.population import (
@@ -37,6 +40,8 @@ from brainshard._models.connectivity.rules import (
     OneToOne, PairwiseBernoulli, Rule)
 
 __all__ = [
+    # a network in NEST's terms
+    "Network", "NodeCollection", "SpikeRecorder", "Multimeter",
     "Layout", "SynapseIndex",
     # connectivity
     "Projection", "Rule", "FixedInDegree", "FixedOutDegree",

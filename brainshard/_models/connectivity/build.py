@@ -44,7 +44,7 @@ class Spec:
   plan: Plan
   weight: Parameter
   delay: Parameter   # ms, its redraw bound raised to half a step
-  receptor: int
+  receptor: int     # -1: by the weight's sign (0 if >= 0, else 1)
   arrays: int = -1   # first index of its explicit arrays in the args, or -1
   index: int = 0     # its place in the user's list: keys its draws
 
@@ -59,7 +59,7 @@ class Row(NamedTuple):
   post_start: int
   post_stop: int
   number: int        # the rule's k or n
-  receptor: int
+  receptor: int      # -1: by the weight's sign
   index: int         # its place in the user's list (keys its draws)
   p: float           # the rule's probability
   weight: tuple      # the weight parameter's four numbers
@@ -272,7 +272,11 @@ def _write(out: Filling, m: Member, i, lo, hi, n_pre, capacity, group,
   big = jnp.iinfo(jnp.int32).max
   rec = out.receptor
   if rec is not None:
-    rec = rec.at[pos].set(m.row.receptor.astype(rec.dtype), mode="drop")
+    # receptor -1: NEST's routing by the weight's sign (0 excitatory, 1
+    # inhibitory), per synapse
+    r = jnp.where(m.row.receptor < 0, (w < 0).astype(jnp.int32),
+                  m.row.receptor)
+    rec = put(rec, jnp.broadcast_to(r, w.shape))
   return Filling(put(out.post, u.post), put(out.weight, w),
                  put(out.delay, d), rec,
                  out.dmin.at[p].min(jnp.where(u.ok, d, big).min()),

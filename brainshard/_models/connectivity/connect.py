@@ -170,7 +170,8 @@ def connect(projections: Sequence[Projection], layout: Layout, *, dt: float,
       in_specs=rep, out_specs=P(axis))(*args)
   count_h, degree_h = jax.device_get((count, degree))  # 2S scalars
   capacity = max(1, int(count_h.max()))
-  n_receptors = 1 + max([int(p.receptor) for p in projections] or [0])
+  n_receptors = 1 + max([1 if p.receptor == "sign" else int(p.receptor)
+                         for p in projections] or [0])
   # The delay field's dtype must be fixed before the fill: take it from an
   # upper bound of the delays; the fill reports the true largest delay, and
   # the rare bound that was too small (a wrapped delay) fills again.

@@ -34,7 +34,9 @@ class Projection:
   :class:`~.parameters.Parameter`. ``delay``: in ms, a number or a
   parameter (distributions are redrawn below ``0.5 * dt``); converted to
   ``round(delay / dt) >= 1`` steps. ``receptor``: the target's input
-  channel (an int >= 0).
+  channel (an int >= 0), or ``'sign'``: NEST's routing of ``psc`` and
+  ``cond`` models, each synapse to receptor 0 if its weight is >= 0 and to
+  receptor 1 if it is negative.
   """
 
   pre: str | tuple[int, int]
@@ -62,8 +64,10 @@ class Projection:
                       f"{rule!r:.60}.")
     weight = parameter(self.weight, f"{where}: weight")
     delay = parameter(self.delay, f"{where}: delay")
+    if self.receptor == "sign":
+      return rule, weight, delay, -1
     if isinstance(self.receptor, (bool, np.bool_)) or not isinstance(
         self.receptor, (int, np.integer)) or self.receptor < 0:
-      raise ValueError(f"{where}: receptor must be an int >= 0, got "
-                       f"{self.receptor!r}.")
+      raise ValueError(f"{where}: receptor must be an int >= 0 or 'sign', "
+                       f"got {self.receptor!r}.")
     return rule, weight, delay, int(self.receptor)

@@ -72,6 +72,7 @@ class Delivery:
       ``None`` takes ``index.min_delay``.
     sizes: fired-neuron search sizes (see ``events.py``).
     name: prefix of the States' names.
+    dtype: the ring buffer's float dtype (float64 needs ``jax_enable_x64``).
 
   States: ``index`` (ParamState), ``buffer`` ``[R, L, n]``, ``current``
   ``[every, R, n]`` (the input of the next ``every`` steps) and ``t`` (the
@@ -80,7 +81,7 @@ class Delivery:
 
   def __init__(self, index: SynapseIndex, mesh: Any, *, axis: str = "x",
                every: int | None = None, sizes: Sequence[int] = EVENT_SIZES,
-               name: str = "delivery"):
+               name: str = "delivery", dtype: Any = jnp.float32):
     if axis not in mesh.shape:
       raise ValueError(f"Delivery: the mesh has axes {tuple(mesh.shape)}, "
                        f"not {axis!r}.")
@@ -113,10 +114,10 @@ class Delivery:
                             name=f"{name}.index", spec=P(axis))
     spec = P(None, None, axis)
     self.buffer = ShortTermState(
-        put(jnp.zeros((r, self.length, self.n), jnp.float32), spec),
+        put(jnp.zeros((r, self.length, self.n), dtype), spec),
         name=f"{name}.buffer", spec=spec)
     self.current = ShortTermState(
-        put(jnp.zeros((every, r, self.n), jnp.float32), spec),
+        put(jnp.zeros((every, r, self.n), dtype), spec),
         name=f"{name}.current", spec=spec)
     self.t = ShortTermState(put(jnp.zeros((), jnp.int32), P()),
                             name=f"{name}.t", spec=P())

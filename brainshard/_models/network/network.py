@@ -1,0 +1,417 @@
+"""A network in NEST's terms: create populations, connect them, add devices
+and recorders, then ``simulate(ms)`` and continue.
+
+:class:`Network` is the one object a NEST script ports to, call for call:
+
+====================================  ====================================
+NEST                                  brainshard
+====================================  ====================================
+``nest.resolution = 0.1``             ``net = bm.Network(dt=0.1, seed=1)``
+``E = nest.Create('iaf_psc_delta',    ``E = net.create('iaf_psc_delta',
+n, params)``                          n, params)``
+``nest.Connect(E, E + I, conn_spec,   ``net.connect(E, E + I, conn_spec,
+syn_spec)``                           syn_spec)``
+``nest.Create('poisson_generator')``  ``net.create('poisson_generator')``
+``nest.Create('spike_recorder')``     ``net.create('spike_recorder')``
+``nest.Simulate(1000.0)``             ``net.simulate(1000.0)``
+``sr.get('events')``                  ``sr.events``
+====================================  ====================================
+
+Beneath it, on the first ``simulate`` (or :meth:`Network.build`), the
+populations become one :class:`~brainshard._models.layout.Layout` sharded
+over a mesh axis, the connections one
+:class:`~brainshard._models.delivery.index.SynapseIndex` (``bm.connect``),
+the neurons of each model class a :class:`~.groups.ModelGroup`, and the step
+a :class:`~brainshard._models.delivery.delivery.Delivery` that exchanges
+spikes every ``exchange_every`` steps (the shortest delay by default), run
+by a ``bs.Runner`` in compiled chunks with the recorders as its monitors.
+The network checks its own consistency: one ``dt`` for connectivity,
+delivery and records; each connection's receptor against the receptors its
+target's model declares; durations in whole exchange intervals. The same
+seed gives the same spikes on any mesh.
+
+Example:
+  >>> import jax, brainshard as bs
+  >>> from brainshard import models as bm
+  >>> net = bm.Network(dt=0.1, seed=1, mesh=jax.make_mesh((1,), ('x',)))
+  >>> E = net.create('iaf_psc_delta', 40, {'I_e': 500.0})
+  >>> I = net.create('iaf_psc_delta', 10)
+  >>> net.connect(E, E + I, {'rule': 'fixed_indegree', 'indegree': 4},
+  ...             {'weight': 0.5, 'delay': 1.5})
+  >>> sr = net.create('spike_recorder')
+  >>> net.connect(E, sr)
+  >>> net.simulate(30.0)
+  >>> sr.n_events, float(sr.events['times'].min())
+  (80, 13.9)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from brainshard._models.connectivity.connect import connect
+from brainshard._models.connectivity.projection import Projection
+from brainshard._models.connectivity.rules import AllToAll, Rule
+from brainshard._models.delays import check_dt, delay_steps
+from brainshard._models.delivery.delivery import Delivery
+from brainshard._models.layout import Layout
+from brainshard._models.population import population_ids
+from brainshard._models.network.groups import ModelGroup, group_key
+from brainshard._models.network.nodes import NodeCollection
+from brainshard._models.network.recorders import (
+    RECORDERS, Multimeter, Recorder, SpikeRecorder)
+from brainshard._models.neurons import MODELS
+from brainshard._models.neurons.base import NeuronModel
+from brainshard._simulation.runner.runner import Runner
+
+__all__ = ["Network"]
+
+_SYN_KEYS = {"weight", "delay", "receptor_type", "synapse_model"}
+
+
+def _conn_rule(conn_spec: Any) -> Rule:
+  if conn_spec is None:
+    return AllToAll()  # NEST's default
+  if isinstance(conn_spec, str):
+    conn_spec = {"rule": conn_spec}
+  if isinstance(conn_spec, dict):
+    return Rule.from_nest(conn_spec)
+  if isinstance(conn_spec, Rule):
+    return conn_spec
+  raise TypeError(f"connect: conn_spec must be a NEST conn_spec (a rule name "
+                  f"or a dict), or a bs.models rule; got {conn_spec!r:.60}.")
+
+
+class Network:
+  """Populations, connections, devices and recorders, simulated on a mesh.
+
+  Args:
+    dt: the resolution (ms).
+    seed: connectivity, initial draws and devices' draws (an int).
+    mesh: a ``jax.sharding.Mesh``; None takes the one set with
+      ``jax.set_mesh``, else all devices on one axis ``'x'``.
+    axis: the mesh axis the neurons are split over (default: the only one).
+    dtype: the neurons' floats (float64 needs ``jax_enable_x64``).
+    exchange_every: steps between spike exchanges (default: the shortest
+      delay, reduced so that every multimeter interval is a multiple).
+    chunk, progress: as ``bs.Runner``'s.
+  """
+
+  def __init__(self, dt: float = 0.1, *, seed: int = 0, mesh: Any = None,
+               axis: str | None = None, dtype: Any = jnp.float32,
+               exchange_every: int | None = None, chunk: int | None = None,
+               progress: bool | str = False):
+    self.dt = check_dt(dt, "Network")
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(
+        seed, (int, np.integer)):
+      raise TypeError(f"Network: seed must be an int, got {seed!r}.")
+    self.seed = int(seed)
+    self.dtype = jnp.dtype(dtype)
+    if self.dtype == jnp.float64 and not jax.config.jax_enable_x64:
+      raise ValueError("Network(dtype=float64) needs 64-bit floats: "
+                       "jax.config.update('jax_enable_x64', True) first.")
+    self.mesh, self.axis = _mesh_and_axis(mesh, axis)
+    self._exchange = exchange_every
+    self.chunk, self.progress = chunk, progress
+    self._populations: list[tuple[str, NeuronModel, int]] = []
+    self._projections: list[Projection] = []
+    self._recorders: list[Recorder] = []
+    self._multimeter_targets: dict[str, NodeCollection] = {}
+    self.runner: Runner | None = None
+    self.delivery: Delivery | None = None
+    self.groups: list[ModelGroup] = []
+
+  def __repr__(self) -> str:
+    pops = ", ".join(f"{label}: {n} {m.nest_name}"
+                     for label, m, n in self._populations)
+    return f"Network(dt={self.dt}, {pops or 'empty'})"
+
+  # -- building the network --------------------------------------------------
+
+  @property
+  def built(self) -> bool:
+    return self.runner is not None
+
+  @property
+  def n_neurons(self) -> int:
+    return sum(n for _, _, n in self._populations)
+
+  def _not_built(self, what: str) -> None:
+    if self.built:
+      raise RuntimeError(
+          f"Network.{what}: the network was built by the first simulate; "
+          "create and connect everything before it.")
+
+  def create(self, model: Any, n: int = 1,
+             params: Mapping[str, Any] | None = None, *,
+             label: str | None = None) -> Any:
+    """``n`` neurons of ``model`` (a NEST model name, a ``bs.models``
+    neuron class or instance), or a recorder (``'spike_recorder'``,
+    ``'multimeter'``). ``params``: NEST's parameter names; a value may be
+    one number or one per neuron. Returns a :class:`NodeCollection`, or
+    the recorder."""
+    self._not_built("create")
+    if isinstance(n, Mapping) and params is None:  # create(model, params)
+      n, params = 1, n
+    params = dict(params or {})
+    if isinstance(model, str) and model in RECORDERS:
+      key = label or f"{model}_{len(self._recorders)}"
+      rec = RECORDERS[model](self, key, **params)
+      self._recorders.append(rec)
+      return rec
+    model = _neuron_model(model, params)
+    if isinstance(n, (bool, np.bool_)) or not isinstance(
+        n, (int, np.integer)) or n < 1:
+      raise ValueError(f"create: n must be a positive int, got {n!r}.")
+    for name, value in model.params.items():
+      if np.ndim(value) and np.shape(value) != (n,):
+        raise ValueError(f"create({model.nest_name!r}, {n}): parameter "
+                         f"{name!r} has {np.shape(value)[0]} values, not one "
+                         f"or {n}.")
+    label = label or f"{model.nest_name}_{len(self._populations)}"
+    if label in {p[0] for p in self._populations}:
+      raise ValueError(f"create: label {label!r} is taken.")
+    start = self.n_neurons
+    self._populations.append((label, model, int(n)))
+    return NodeCollection(self, start, start + int(n), label)
+
+  def connect(self, pre: Any, post: Any, conn_spec: Any = None,
+              syn_spec: Mapping[str, Any] | None = None) -> None:
+    """NEST's ``Connect``: neurons to neurons (``conn_spec``: a rule name,
+    a NEST ``conn_spec`` dict or a ``bs.models`` rule; default
+    ``'all_to_all'``; ``syn_spec``: ``weight``, ``delay`` (ms),
+    ``receptor_type``, numbers or ``bs.models`` distributions), neurons to
+    a spike recorder, or a multimeter to neurons."""
+    self._not_built("connect")
+    if isinstance(post, SpikeRecorder):
+      post.ranges.append(self._nodes(pre, "pre").ids)
+      return
+    if isinstance(pre, Multimeter):
+      pre.ranges.append(self._nodes(post, "post").ids)
+      return
+    if isinstance(pre, Recorder) or isinstance(post, Recorder):
+      raise TypeError("connect: neurons go to a spike_recorder "
+                      "(connect(neurons, recorder)); a multimeter goes to "
+                      "neurons (connect(multimeter, neurons)).")
+    pre, post = self._nodes(pre, "pre"), self._nodes(post, "post")
+    syn = dict(syn_spec or {})
+    unknown = sorted(set(syn) - _SYN_KEYS)
+    if unknown:
+      raise ValueError(f"connect: syn_spec takes {sorted(_SYN_KEYS)}, not "
+                       f"{unknown}.")
+    model = syn.get("synapse_model", "static_synapse")
+    if model != "static_synapse":
+      raise NotImplementedError(f"connect: synapse_model {model!r}; this "
+                                "network has static synapses.")
+    receptor = self._receptor(post, syn.get("receptor_type"))
+    proj = Projection(pre.ids, post.ids, _conn_rule(conn_spec),
+                      weight=syn.get("weight", 1.0),
+                      delay=syn.get("delay", 1.0), receptor=receptor,
+                      name=f"{pre.label} -> {post.label}")
+    # its errors now, not at build
+    _, _, delay, _ = proj.checked(len(self._projections))
+    if delay.family == "const":
+      delay_steps(delay.largest(), self.dt, proj.label(len(self._projections)))
+    self._projections.append(proj)
+
+  def _nodes(self, nodes: Any, side: str) -> NodeCollection:
+    if not isinstance(nodes, NodeCollection) or nodes.network is not self:
+      raise TypeError(f"connect: {side} must be neurons this network "
+                      f"created, got {nodes!r:.60}.")
+    return nodes
+
+  def _models_of(self, nodes: NodeCollection) -> list[NeuronModel]:
+    out, start = [], 0
+    for _, model, n in self._populations:
+      if start < nodes.stop and nodes.start < start + n:
+        out.append(model)
+      start += n
+    return out
+
+  def _receptor(self, post: NodeCollection, receptor: Any) -> Any:
+    """The connection's receptor: NEST's sign routing for ``psc``/``cond``
+    models, else 0; a given one is checked against every target model."""
+    models = self._models_of(post)
+    if receptor is None:
+      routed = {m.sign_routed for m in models}
+      if len(routed) > 1:
+        raise ValueError(f"connect: the targets {post!r} mix models that "
+                         "route by sign and models that do not; connect "
+                         "each population.")
+      return "sign" if routed.pop() else 0
+    for m in models:
+      if not (isinstance(receptor, (int, np.integer)) and
+              0 <= receptor < m.n_receptors):
+        raise ValueError(
+            f"connect: receptor_type {receptor!r} does not exist on "
+            f"{m.nest_name}, whose receptors are {list(m.receptors)} "
+            f"(0 .. {m.n_receptors - 1}).")
+    return int(receptor)
+
+  def build(self) -> None:
+    """Builds the layout, synapses, model groups, delivery and runner (the
+    first ``simulate`` calls it)."""
+    if self.built:
+      return
+    if not self._populations:
+      raise ValueError("Network.build: no neurons; create some first.")
+    layout = Layout([(label, n) for label, _, n in self._populations],
+                    n_shards=self.mesh.shape[self.axis])
+    index = connect(self._projections, layout, dt=self.dt, seed=self.seed,
+                    mesh=self.mesh, axis=self.axis)
+    by_key: dict[Any, list] = {}
+    for label, model, _ in self._populations:
+      by_key.setdefault(group_key(model), []).append((label, model))
+    self.layout = layout
+    self.groups = [ModelGroup(members, layout, dt=self.dt, mesh=self.mesh,
+                              axis=self.axis, dtype=self.dtype)
+                   for members in by_key.values()]
+    every = self._exchange_every(index.min_delay)
+    self.delivery = Delivery(index, self.mesh, axis=self.axis, every=every,
+                             name="network", dtype=self.dtype)
+    self.step = self.delivery.step(self._update)
+    monitors: dict[str, Any] = {}
+    for rec in self._recorders:
+      if isinstance(rec, SpikeRecorder):
+        monitors[rec.key] = rec.monitor(every, layout.n_padded)
+      else:
+        monitors.update(rec.monitors(every, self.dt, self._states_of(rec)))
+    self.runner = Runner(self.step, monitors, dt=self.dt * every,
+                         chunk=self.chunk, progress=self.progress)
+
+  def _exchange_every(self, min_delay: int) -> int:
+    intervals = [rec.interval_steps(self.dt) for rec in self._recorders
+                 if isinstance(rec, Multimeter)]
+    every = self._exchange
+    if every is None:
+      every = min_delay
+      for k in intervals:
+        every = math.gcd(every, k)
+    elif not (isinstance(every, int) and 1 <= every <= min_delay) or any(
+        k % every for k in intervals):
+      raise ValueError(
+          f"Network: exchange_every = {every!r} must be an int in [1, "
+          f"{min_delay}] (the shortest delay in steps) that divides every "
+          f"multimeter interval ({intervals} steps).")
+    return every
+
+  @property
+  def exchange_every(self) -> int:
+    return self.delivery.every if self.delivery else 1
+
+  def _states_of(self, rec: Multimeter) -> dict:
+    """The States of ``rec``'s variables: its neurons' model group's."""
+    pops = population_ids(self.layout)[rec.ids()]
+    labels = {self.layout.names[k] for k in np.unique(pops)}
+    groups = [g for g in self.groups if labels <= set(g.labels)]
+    if len(groups) != 1:
+      raise ValueError(f"multimeter {rec.key!r}: its neurons must be of one "
+                       "model; use one multimeter per model.")
+    group = groups[0]
+    allowed = group.model.recordable()
+    bad = [v for v in rec.params["record_from"] if v not in allowed]
+    if bad:
+      raise ValueError(f"multimeter {rec.key!r}: {bad} are not recordables "
+                       f"of {group.model.nest_name}; it has {list(allowed)}.")
+    return {v: group.states[v] for v in rec.params["record_from"]}
+
+  # -- one step, per shard ---------------------------------------------------
+
+  def _update(self, inputs: jax.Array) -> jax.Array:
+    """The neurons' step inside the Delivery's ``bs.shard_map``: ``inputs
+    [R, n_local]`` is the recurrent input arriving now."""
+    n_local = self.layout.n_local
+    ids = jax.lax.axis_index(self.axis) * n_local + jnp.arange(
+        n_local, dtype=jnp.int32)
+    inputs = inputs.astype(self.dtype)
+    currents = jnp.zeros(n_local, self.dtype)
+    spikes = jnp.zeros(n_local, bool)
+    for group in self.groups:
+      spikes = spikes | group.step(inputs, currents, ids)
+    return spikes & (ids < self.layout.n)  # padding never fires
+
+  # -- running ---------------------------------------------------------------
+
+  def _steps(self, t: Any, what: str) -> int:
+    if isinstance(t, (bool, np.bool_)) or not isinstance(
+        t, (int, float, np.integer, np.floating)) or not (
+            math.isfinite(t) and t >= 0):
+      raise ValueError(f"Network.{what}: t must be a non-negative number of "
+                       f"ms, got {t!r}.")
+    block = self.dt * self.exchange_every
+    blocks = t / block
+    if abs(blocks - round(blocks)) > 1e-9 * max(1.0, blocks):
+      raise ValueError(
+          f"Network.{what}({t}): not a whole number of exchange intervals "
+          f"({self.exchange_every} steps of dt = {self.dt} ms = {block:g} "
+          f"ms); simulate a multiple of {block:g} ms, or build with "
+          "exchange_every=1.")
+    return int(round(blocks))
+
+  def simulate(self, t: float) -> None:
+    """Simulates ``t`` ms (building first), continuing from where the
+    last call stopped; recorders keep every call's records."""
+    self.build()
+    self.runner.run(self._steps(t, "simulate"))
+
+  def compile(self, t: float) -> float:
+    """Compiles, ahead of time, what ``simulate(t)`` will run (so that a
+    timed simulate compiles nothing); returns the seconds it took."""
+    self.build()
+    return self.runner.compile(self._steps(t, "compile"))
+
+  @property
+  def time(self) -> float:
+    """The simulated time reached (ms)."""
+    return 0.0 if self.runner is None else self.runner.time
+
+  def get(self, nodes: NodeCollection, name: str) -> np.ndarray:
+    """The current value of state variable ``name`` of ``nodes`` (NEST's
+    ``nodes.get(name)``), a host copy."""
+    self.build()
+    self._nodes(nodes, "nodes")
+    for group in self.groups:
+      if name in group.states and any(
+          a <= nodes.start and nodes.stop <= b for a, b in group.ranges):
+        return np.asarray(group.states[name].value)[nodes.start:nodes.stop]
+    raise ValueError(f"Network.get: {nodes!r} has no state variable "
+                     f"{name!r} (or spans models).")
+
+
+def _neuron_model(model: Any, params: dict) -> NeuronModel:
+  if isinstance(model, str):
+    if model not in MODELS:
+      raise ValueError(f"create: unknown model {model!r}; the neuron models "
+                       f"are {sorted(MODELS)}, the recorders "
+                       f"{sorted(RECORDERS)}.")
+    return MODELS[model](**params)
+  if isinstance(model, type) and issubclass(model, NeuronModel):
+    return model(**params)
+  if isinstance(model, NeuronModel):
+    changed = {k: v for k, v in model.params.items()
+               if np.ndim(v) or v != model.defaults[k]}
+    return type(model)(**{**changed, **params})
+  raise TypeError(f"create: model must be a NEST model name or a "
+                  f"bs.models neuron model, got {model!r:.60}.")
+
+
+def _mesh_and_axis(mesh: Any, axis: str | None) -> tuple[Any, str]:
+  if mesh is None:
+    mesh = jax.sharding.get_mesh()
+    if mesh is None or mesh.empty:
+      mesh = jax.make_mesh((jax.device_count(),), ("x",))
+  names = tuple(mesh.axis_names)
+  if axis is None:
+    if len(names) != 1:
+      raise ValueError(f"Network: the mesh has axes {names}; name the one "
+                       "the neurons are split over with axis=...")
+    axis = names[0]
+  if axis not in names:
+    raise ValueError(f"Network: axis {axis!r} is not an axis of the mesh "
+                     f"{dict(mesh.shape)}.")
+  return mesh, axis
