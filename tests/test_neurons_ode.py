@@ -269,3 +269,20 @@ def test_same_numbers_on_8_devices(model_cls):
   assert int(s1.sum()) > 0
   np.testing.assert_array_equal(np.asarray(v1), np.asarray(v8))
   np.testing.assert_array_equal(np.asarray(s1), np.asarray(s8))
+
+
+@pytest.mark.slow
+def test_one_value_per_neuron():
+  """Per-neuron parameters (NEST's ``Create(..., params=[...])``): each
+  neuron as the model with its own numbers alone (3 neurons: padded)."""
+  i_e, t_ref = [300.0, 500.0, 900.0], [0.5, 2.0, 1.0]
+  inputs, currents = _drive(6.0, -20.0, n_steps=300)
+  both, spikes = _run(iaf_cond_exp(I_e=i_e, t_ref=t_ref),
+                      np.tile(inputs, (1, 1, 3)), np.tile(currents, (1, 3)),
+                      jnp.float32)
+  assert spikes[:, 2].sum() > spikes[:, 0].sum()
+  alone, _ = _run(iaf_cond_exp(I_e=i_e[1], t_ref=t_ref[1]), inputs, currents,
+                  jnp.float32)
+  np.testing.assert_array_equal(both["V_m"][:, 1], alone["V_m"][:, 0])
+  model = iaf_cond_exp(t_ref=t_ref)
+  assert model.constants(model.params, DT)["ref_steps"].tolist() == [5, 20, 10]

@@ -58,7 +58,7 @@ def on_dtype(c: Mapping[str, Any], dtype: Any) -> dict:
   a float64 one."""
   out = {}
   for name, value in c.items():
-    given = getattr(value, "dtype", None) or np.asarray(value).dtype
+    given = value.dtype if hasattr(value, "dtype") else np.asarray(value).dtype
     kind = jnp.int32 if jnp.issubdtype(given, jnp.integer) else dtype
     out[name] = jnp.asarray(value, kind)
   return out
