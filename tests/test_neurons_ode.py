@@ -46,8 +46,9 @@ DT, T, DELAY = 0.1, 1000.0, 1.0
 N_STEPS = int(round(T / DT))
 _RNG = np.random.default_rng(0)
 # spike times on the grid, away from the start and the end
-EX_TIMES = np.round(np.sort(_RNG.choice(np.arange(10, 9900), 400, False)) * DT, 1)
-IN_TIMES = np.round(np.sort(_RNG.choice(np.arange(10, 9900), 150, False)) * DT, 1)
+EX_TIMES, IN_TIMES = (
+    np.round(np.sort(_RNG.choice(np.arange(10, 9900), k, False)) * DT, 1)
+    for k in (400, 150))
 DC = (150.0, 200.0, 700.0)  # pA, on from 200 ms to 700 ms
 
 # case: model, its parameters, the excitatory and inhibitory weight, what

@@ -103,12 +103,13 @@ class aeif_cond_exp(OdeNeuron):  # noqa: N801 (NEST's name)
       g_ex, g_in, w = y[1], y[2], y[3]
       i_ex = g_ex * (v - c["E_ex"])
       i_in = g_in * (v - c["E_in"])
-      i_spike = jnp.where(
-          iaf, 0.0, c["g_L"] * c["Delta_T"] * jnp.exp((v - c["V_th"]) / delta_t))
+      i_spike = jnp.where(iaf, 0.0, c["g_L"] * c["Delta_T"]
+                          * jnp.exp((v - c["V_th"]) / delta_t))
       dv = (-c["g_L"] * (v - c["E_L"]) + i_spike - i_ex - i_in - w + c["I_e"]
             + i_stim) / c["C_m"]
+      dw = (c["a"] * (v - c["E_L"]) - w) / c["tau_w"]
       return (jnp.where(refr, 0.0, dv), -g_ex / c["tau_syn_ex"],
-              -g_in / c["tau_syn_in"], (c["a"] * (v - c["E_L"]) - w) / c["tau_w"])
+              -g_in / c["tau_syn_in"], dw)
 
     def event(y, aux, accepted):
       """NEST's test after each substep: clamp, or spike, reset, adapt."""

@@ -113,8 +113,8 @@ class iaf_cond_exp(_IafCond):  # noqa: N801 (NEST's name)
     g_ex = g_ex + inputs[0]
     g_in = g_in - inputs[1]  # inputs[1] sums negative weights: NEST adds -w
     v, r, spikes = self._refractory(c, state, v)
-    return {"V_m": v, "g_ex": g_ex, "g_in": g_in, "r": r,
-            "IntegrationStep": h, "I_stim": jnp.asarray(currents, v.dtype)}, spikes
+    return {"V_m": v, "g_ex": g_ex, "g_in": g_in, "r": r, "IntegrationStep": h,
+            "I_stim": jnp.asarray(currents, v.dtype)}, spikes
 
 
 class iaf_cond_alpha(_IafCond):  # noqa: N801 (NEST's name)
