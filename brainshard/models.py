@@ -30,7 +30,8 @@ from brainshard._models.network.network import Network
 from brainshard._models.network.nodes import NodeCollection
 from brainshard._models.network.recorders import Multimeter, SpikeRecorder
 from brainshard._models.neurons import (
-    IafPscAlpha, IafPscDelta, IafPscExp, Izhikevich, NeuronModel)
+    AeifCondExp, HhPscAlpha, IafCondAlpha, IafCondExp, IafPscAlpha,
+    IafPscDelta, IafPscExp, Izhikevich, NeuronModel)
 from brainshard._models.population import (
     Population, counts_to_rates, population_counts, population_ids,
     population_rates, population_values, split_spikes)
@@ -58,4 +59,5 @@ __all__ = [
     "population_rates", "population_counts", "counts_to_rates",
     # neuron models: NEST's, under CapWords names (``nest_name`` on each)
     "NeuronModel", "IafPscDelta", "IafPscExp", "IafPscAlpha", "Izhikevich",
+    "IafCondExp", "IafCondAlpha", "AeifCondExp", "HhPscAlpha",
 ]

@@ -4,20 +4,25 @@
 
 Example:
   >>> from brainshard._models.neurons import MODELS
-  >>> sorted(MODELS)
-  ['iaf_psc_alpha', 'iaf_psc_delta', 'iaf_psc_exp', 'izhikevich']
+  >>> sorted(MODELS)[:4]
+  ['aeif_cond_exp', 'hh_psc_alpha', 'iaf_cond_alpha', 'iaf_cond_exp']
   >>> MODELS['iaf_psc_exp'](I_e=376.0).params['I_e']
   376.0
 """
 
+from brainshard._models.neurons.aeif import AeifCondExp
 from brainshard._models.neurons.base import NeuronModel
+from brainshard._models.neurons.hh import HhPscAlpha
+from brainshard._models.neurons.iaf_cond import IafCondAlpha, IafCondExp
 from brainshard._models.neurons.iaf_psc import (
     IafPscAlpha, IafPscDelta, IafPscExp)
 from brainshard._models.neurons.izhikevich import Izhikevich
 
 __all__ = ["NeuronModel", "IafPscDelta", "IafPscExp", "IafPscAlpha",
-           "Izhikevich", "MODELS"]
+           "Izhikevich", "IafCondExp", "IafCondAlpha", "AeifCondExp",
+           "HhPscAlpha", "MODELS"]
 
 MODELS: dict[str, type[NeuronModel]] = {
     cls.nest_name: cls
-    for cls in (IafPscDelta, IafPscExp, IafPscAlpha, Izhikevich)}
+    for cls in (IafPscDelta, IafPscExp, IafPscAlpha, Izhikevich, IafCondExp,
+                IafCondAlpha, AeifCondExp, HhPscAlpha)}
