@@ -23,7 +23,7 @@ Example:
   >>> c = pg.constants(0.1)
   >>> key = jax.random.key(1)
   >>> counts = jax.vmap(lambda t: pg.emit(c, t, 1000, key))(
-  ...     jax.numpy.arange(1000))
+  ...     jax.numpy.arange(1, 201))
   >>> counts.dtype, round(float(counts.mean()), 2)
   (dtype('int32'), 0.5)
   >>> int(pg.emit(c, 0, 1000, key).sum())   # step 0 is not after start
