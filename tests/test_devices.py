@@ -55,7 +55,7 @@ WINDOWS = [(0.0, 0.0, math.inf), (0.0, 1.0, 2.0), (0.5, 1.0, 2.0),
 
 def test_activity_window_is_nests():
   """``is_active``: t_min < step <= t_max, step + 2 for current devices."""
-  steps = np.arange(60)
+  steps = np.arange(-3, 60)
   devices, want = [], []
   for origin, start, stop in WINDOWS:
     t_min = round((origin + start) / DT)
@@ -63,11 +63,12 @@ def test_activity_window_is_nests():
     for cls, lead, params in ((DcGenerator, 2, {"amplitude": 1.0}),
                               (PoissonGenerator, 0, {"rate": 2e5})):
       devices.append(cls(origin=origin, start=start, stop=stop, **params))
-      want.append((t_min < steps + lead) & (steps + lead <= t_max))
+      want.append((t_min < steps + lead) & (steps + lead <= t_max)
+                  & (steps >= 0))             # no device sends before 0
   consts = [d.constants(DT) for d in devices]
   run = jax.jit(jax.vmap(lambda t: [d.emit(c, t, 4, key=0)
                                     for d, c in zip(devices, consts)]))
-  for d, got, w in zip(devices, run(jnp.arange(60, dtype=jnp.int32)), want):
+  for d, got, w in zip(devices, run(jnp.asarray(steps, jnp.int32)), want):
     np.testing.assert_array_equal(np.asarray(got).all(1), w, err_msg=repr(d))
     np.testing.assert_array_equal(np.asarray(got).any(1), w, err_msg=repr(d))
   # NEST's Time::ms truncates toward zero after adding half a tic: every
@@ -108,9 +109,9 @@ def test_spike_weights_multiplicities_and_targets():
   assert got.dtype == np.float32
   assert sent(got[:, 0]) == {1: 2.75, 3: 6.0} and not got[:, 1].any()
   per = SpikeGenerator(spike_times=[[0.2, 0.2, 0.5], [], [0.1, 0.5]])
-  ids = np.array([2, 1, 0, -1, 0, 2])
+  ids = np.array([2, 1, 0, -1, 0, 2, 3])            # 3: past the trains
   got = emitted(per, 6, targets=ids)
-  want = np.zeros((6, 6), int)
+  want = np.zeros((6, 7), int)
   want[1, [2, 4]] = 2
   want[4, [2, 4]] = 1
   want[0, [0, 5]] = 1
@@ -306,6 +307,12 @@ def test_off_grid_times_are_refused_at_the_resolution():
                     (NoiseGenerator(std=1.0, dt=0.25), "dt: 0.25 ms")):
     with pytest.raises(ValueError, match=f"{what} is not a multiple of"):
       dev.constants(DT)
+  for dev in (SpikeGenerator(spike_times=[1e20]),
+              SpikeGenerator(spike_times=[1e20], allow_offgrid_times=True)):
+    with pytest.raises(ValueError, match="spike_times: 1e.20 ms is beyond"):
+      dev.constants(DT)
+  far = DcGenerator(amplitude=1.0, stop=1e300).constants(DT)  # never stops
+  assert int(far["last"]) == 2**31 - 1
   # rounded to the end of their steps, two amplitude times meet
   with pytest.raises(ValueError, match="strictly increasing steps"):
     StepCurrentGenerator(amplitude_times=[0.21, 0.25], allow_offgrid_times=True,

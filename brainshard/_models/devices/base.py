@@ -22,7 +22,7 @@ currents)`` (``_models/neurons/base.py``):
 * ``emits == 'current'``: ``currents[t + d] += weight * emit(c, t)``.
 
 Equivalently, in step ``k`` a connection of delay ``d`` delivers ``emit(c,
-k - d)`` (nothing for ``k < d``). Which steps a device is active in
+k - d)``, which is 0 for ``k < d`` (no device sends in a negative step). Which steps a device is active in
 follows NEST's ``StimulationDevice::is_active`` with ``t_min = origin +
 start`` and ``t_max = origin + stop`` in steps: a spike generator's event
 of step ``t`` (stamp ``t + 1``, ``poisson_generator``: the step ``t``
@@ -32,7 +32,7 @@ must satisfy ``t_min < t + 2 <= t_max``. Each device's doc says which.
 **Targets and draws.** ``targets`` is this shard's number of target slots
 ``n`` (an int), or the int array ``[n]`` of each slot's target index (the
 row of per-target parameters, ``spike_generator``'s ``spike_times`` per
-target; -1 where the device does not reach, which then gets 0). ``emit``
+target; a slot with -1, or an index past the last row, gets 0). ``emit``
 returns one value per slot. Random devices (``random = True``) take a
 ``key``: a typed PRNG key, an int seed, or a State holding a key (a
 ``bs.RandomState``, read, never advanced). Their draws are a pure
@@ -151,7 +151,9 @@ class Device:
     ``t + 2`` does. ``t_max`` of ``stop = inf`` never comes."""
     t_min, t_max = self.limits(dt)
     lead = 2 if self.emits == "current" else 0
-    first, last = t_min + 1 - lead, t_max - lead
+    # steps count from 0: a current device with start = 0 sends from step
+    # 0 (NEST's "step -1" never runs), and a negative step sends nothing
+    first, last = max(t_min + 1 - lead, 0), t_max - lead
     return {"first": np.int32(np.clip(first, INT32_MIN, INT32_MAX)),
             "last": np.int32(np.clip(last, INT32_MIN, INT32_MAX))}
 
@@ -161,7 +163,8 @@ class Device:
     p = self.params
     origin = int(grid_steps(p["origin"], dt, f"{self.nest_name}: origin"))
     start = int(grid_steps(p["start"], dt, f"{self.nest_name}: start"))
-    stop = (math.inf if p["stop"] == math.inf else
+    # a stop past int32's steps never comes, as NEST's +inf
+    stop = (math.inf if p["stop"] >= INT32_MAX * dt else
             int(grid_steps(p["stop"], dt, f"{self.nest_name}: stop")))
     return origin + start, origin + stop
 

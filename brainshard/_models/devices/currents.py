@@ -90,7 +90,7 @@ class StepCurrentGenerator(Device):
     p = self.params
     times = p["amplitude_times"]
     what = f"{self.nest_name}: amplitude_times"
-    steps = (stamp_steps(times, dt) if p["allow_offgrid_times"]
+    steps = (stamp_steps(times, dt, what) if p["allow_offgrid_times"]
              else grid_steps(times, dt, what))
     if (np.diff(steps) <= 0).any():
       raise ValueError(f"{what} must be at strictly increasing steps of "

@@ -83,7 +83,7 @@ class NoiseGenerator(Device):
       raise ValueError(f"{self.nest_name}: dt={p['dt']} ms is below the "
                        f"resolution {dt} ms.")
     omega = 2.0 * math.pi * p["frequency"] / 1000.0
-    return {**window, "t0": np.int32(max(int(window["first"]), 0)),
+    return {**window, "t0": window["first"],
             "interval": np.int32(interval),
             "mean": np.float64(p["mean"]), "std": np.float64(p["std"]),
             "std_mod": np.float64(p["std_mod"]),

@@ -145,10 +145,11 @@ class SpikeGenerator(Device):
     p = self.params
     where = f"{self.nest_name}: spike_times" + (
         f"[{i}]" if self.per_target else "")
-    if p["allow_offgrid_times"]:
+    if p["allow_offgrid_times"]:  # NEST stamps only a time off the grid
+      stamped = stamp_steps(train, dt, where)
       tics = np.trunc(train * TICS_PER_MS + 0.5).astype(np.int64)
       tps = tics_per_step(dt)
-      steps = np.where(tics % tps == 0, tics // tps, stamp_steps(train, dt))
+      steps = np.where(tics % tps == 0, tics // tps, stamped)
     else:
       steps = grid_steps(train, dt, where)
     if p["shift_now_spikes"]:  # a spike at "now" (0 here) goes one step on
@@ -173,6 +174,7 @@ class SpikeGenerator(Device):
                       "targets= the target index of each slot (an int "
                       "array), not a number of slots.")
     ids = jnp.asarray(targets)
+    hit = hit & (ids < offsets.shape[0] - 1)  # past the last train: nothing
     train = jnp.clip(ids, 0, offsets.shape[0] - 2)
     i, found = _search(steps, offsets[train], offsets[train + 1], t)
     return jnp.where(found & hit, values[i], jnp.zeros((n,), kind)).astype(kind)

@@ -33,6 +33,7 @@ __all__ = ["TICS_PER_MS", "tics_per_step", "grid_steps", "stamp_steps",
 TICS_PER_MS = 1000          # NEST's default kernel tics_per_ms
 INT32_MAX = 2**31 - 1       # a step that never comes (NEST's +inf)
 INT32_MIN = -2**31 + 1
+_MAX_MS = 2.0**62 / TICS_PER_MS   # NEST's Time::LIM_MAX, about
 
 
 def tics_per_step(dt: float) -> int:
@@ -45,9 +46,13 @@ def tics_per_step(dt: float) -> int:
   return tics
 
 
-def _tics(t: np.ndarray) -> np.ndarray:
+def _tics(t: np.ndarray, what: str) -> np.ndarray:
   """``Time::ms(t)``: tics rounded half up, truncated toward zero (a C++
-  cast), for finite times."""
+  cast), for finite times within int64's tics."""
+  big = np.abs(t) > _MAX_MS
+  if big.any():
+    raise ValueError(f"{what}: {t[big].ravel()[0] if t.ndim else float(t)} "
+                     f"ms is beyond NEST's time range ({_MAX_MS:g} ms).")
   return np.trunc(t * TICS_PER_MS + 0.5).astype(np.int64)
 
 
@@ -56,7 +61,7 @@ def grid_steps(t_ms: Any, dt: float, what: str) -> np.ndarray:
   whole number of steps raises, naming ``what``."""
   t = np.asarray(t_ms, np.float64)
   tps = tics_per_step(dt)
-  tics = _tics(t)
+  tics = _tics(t, what)
   off = tics % tps != 0
   if off.any():
     bad = t[off].ravel()[0] if t.ndim else float(t)
@@ -65,11 +70,12 @@ def grid_steps(t_ms: Any, dt: float, what: str) -> np.ndarray:
   return tics // tps
 
 
-def stamp_steps(t_ms: Any, dt: float) -> np.ndarray:
+def stamp_steps(t_ms: Any, dt: float, what: str = "time") -> np.ndarray:
   """Finite times (ms) as the int64 step whose end is at or after them
   (``Time::ms_stamp``, operation for operation)."""
   t = np.asarray(t_ms, np.float64)
   tps = tics_per_step(dt)
+  _tics(t, what)  # within range
   n = np.trunc(t * TICS_PER_MS).astype(np.int64)
   n = n - np.fmod(n, tps)  # C++'s %: toward zero
   ms = n * (1.0 / tps) * (tps / TICS_PER_MS)
