@@ -22,12 +22,18 @@ currents)`` (``_models/neurons/base.py``):
 * ``emits == 'current'``: ``currents[t + d] += weight * emit(c, t)``.
 
 Equivalently, in step ``k`` a connection of delay ``d`` delivers ``emit(c,
-k - d)``, which is 0 for ``k < d`` (no device sends in a negative step). Which steps a device is active in
-follows NEST's ``StimulationDevice::is_active`` with ``t_min = origin +
-start`` and ``t_max = origin + stop`` in steps: a spike generator's event
-of step ``t`` (stamp ``t + 1``, ``poisson_generator``: the step ``t``
-itself) must lie in ``(t_min, t_max]``; a current generator's step ``t``
-must satisfy ``t_min < t + 2 <= t_max``. Each device's doc says which.
+k - d)``, which is 0 for ``k < d`` (no device sends in a negative step).
+
+Which steps a device sends in is NEST's ``StimulationDevice::is_active``
+with ``t_min = origin + start`` and ``t_max = origin + stop`` in steps:
+``poisson_generator`` sends in step ``t`` if ``t_min < t <= t_max``;
+``spike_generator`` sends a spike stamped ``s`` (in step ``s - 1``) if
+``t_min < s <= t_max``; the current generators send in step ``t`` if
+``t_min < t + 2 <= t_max`` (NEST adds 2 for them). ``constants`` holds
+the window as ``first``/``last`` (inclusive steps; ``spike_generator``
+keeps only the spikes inside it). It is a dict of NumPy arrays that may
+be closed over or passed into ``bs.jit`` (traced): the numbers are the
+same.
 
 **Targets and draws.** ``targets`` is this shard's number of target slots
 ``n`` (an int), or the int array ``[n]`` of each slot's target index (the
