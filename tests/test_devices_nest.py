@@ -83,7 +83,7 @@ CONNECTIONS = [
     ("step_current_generator", {
         "amplitude_times": [5.0, 25.3, 40.0, 70.0],
         "amplitude_values": [250.0, 500.0, -200.0, 350.0],
-        "start": 10.0, "stop": 90.0}, [2], 0.3, 1.0),
+        "start": 10.0, "stop": 90.0, "origin": 5.0}, [2], 0.3, 1.0),
     ("spike_generator", {"spike_times": [0.0, 4.0, 8.0],
                          "shift_now_spikes": True, "origin": 3.0,
                          "spike_multiplicities": [2, 1, 3]},

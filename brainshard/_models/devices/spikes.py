@@ -12,7 +12,10 @@ first step. Times are sorted, non-decreasing; several spikes in one step
 add up. A spike counts ``spike_multiplicities[k]`` (default 1) times
 ``spike_weights[k]`` (default 1; the connection's weight multiplies it, as
 NEST's ``event_hook``), so :meth:`SpikeGenerator.emit` gives int32 counts,
-or, with ``spike_weights``, their weighted sums in ``dtype``.
+or, with ``spike_weights``, their weighted sums in ``dtype``. NEST routes
+each spike by its own weight's sign (``iaf_psc_exp``'s two receptors);
+spikes of one step whose ``spike_weights`` differ in sign are summed here
+first, so give such spikes to two generators.
 
 ``spike_times`` given as a list of sequences is one train per target (NEST:
 one generator per target, connected one to one); ``spike_weights`` and
