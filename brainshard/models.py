@@ -20,6 +20,9 @@ from brainshard._models.delivery.counts import (
     csr_from_table, deliver_counts, hashed_presynaptic, pull_counts)
 from brainshard._models.delivery.push import deliver
 from brainshard._models.delivery.from_arrays import index_from_arrays
+from brainshard._models.devices import (
+    DcGenerator, Device, NoiseGenerator, PoissonGenerator, SpikeGenerator,
+    StepCurrentGenerator)
 from brainshard._models.connectivity.parameters import (
     Constant, Normal, Parameter, Uniform)
 from brainshard._models.delivery.events import fired_ids, first_fired
@@ -60,4 +63,8 @@ __all__ = [
     # neuron models: NEST's, under CapWords names (``nest_name`` on each)
     "NeuronModel", "IafPscDelta", "IafPscExp", "IafPscAlpha", "Izhikevich",
     "IafCondExp", "IafCondAlpha", "AeifCondExp", "HhPscAlpha",
+    # stimulation devices: NEST's (poisson_generator, dc_generator,
+    # noise_generator, step_current_generator, spike_generator)
+    "Device", "PoissonGenerator", "DcGenerator", "NoiseGenerator",
+    "StepCurrentGenerator", "SpikeGenerator",
 ]

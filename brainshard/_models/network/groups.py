@@ -69,11 +69,12 @@ def _merged(members: Sequence[tuple[str, NeuronModel]], layout: Layout
 
 class ModelGroup:
   """The populations ``members`` (``(label, model)``, one model class) of
-  ``layout``, their state and constants as States on ``mesh``."""
+  ``layout``, their state and constants as States on ``mesh``; ``initial``
+  (``{label: {variable: value}}``) overrides NEST's initial values."""
 
   def __init__(self, members: Sequence[tuple[str, NeuronModel]],
                layout: Layout, *, dt: float, mesh: Any, axis: str,
-               dtype: Any = jnp.float32):
+               dtype: Any = jnp.float32, initial: dict | None = None):
     self.model = members[0][1]
     self.labels = [label for label, _ in members]
     self.ranges = [layout.range(label) for label in self.labels]
@@ -91,6 +92,11 @@ class ModelGroup:
          for k, v in per_neuron.items()}, name=f"{name}.constants",
         spec=P(axis))
     init = self.model.init_state(layout.n_padded, dtype, params)
+    for label, values in (initial or {}).items():
+      if label in self.labels:  # a population's own initial values
+        start, stop = layout.range(label)
+        for k, v in values.items():
+          init[k][start:stop] = v
     self.states = {k: ShortTermState(put(v), name=f"{name}.{k}", spec=P(axis))
                    for k, v in init.items()}
 

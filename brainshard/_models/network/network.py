@@ -59,10 +59,13 @@ from brainshard._models.connectivity.projection import Projection
 from brainshard._models.connectivity.rules import AllToAll, Rule
 from brainshard._models.delays import check_dt, delay_steps
 from brainshard._models.delivery.delivery import Delivery
+from brainshard._models.devices import DEVICES
+from brainshard._models.devices.base import Device
 from brainshard._models.layout import Layout
 from brainshard._models.population import population_ids
 from brainshard._models.network.groups import ModelGroup, group_key
-from brainshard._models.network.nodes import NodeCollection
+from brainshard._models.network.stimulus import Stimulus
+from brainshard._models.network.nodes import DeviceNode, NodeCollection
 from brainshard._models.network.recorders import (
     RECORDERS, Multimeter, Recorder, SpikeRecorder)
 from brainshard._models.neurons import MODELS
@@ -121,7 +124,9 @@ class Network:
     self._populations: list[tuple[str, NeuronModel, int]] = []
     self._projections: list[Projection] = []
     self._recorders: list[Recorder] = []
-    self._multimeter_targets: dict[str, NodeCollection] = {}
+    self._stimuli: list[Stimulus] = []
+    self._initial: dict[str, dict] = {}
+    self._devices: list[DeviceNode] = []
     self.runner: Runner | None = None
     self.delivery: Delivery | None = None
     self.groups: list[ModelGroup] = []
@@ -164,11 +169,21 @@ class Network:
       rec = RECORDERS[model](self, key, **params)
       self._recorders.append(rec)
       return rec
-    model = _neuron_model(model, params)
+    if isinstance(model, str) and model in DEVICES or isinstance(
+        model, Device):
+      if n != 1:
+        raise ValueError(f"create({model!r}, {n}): create one device at a "
+                         "time (each of its connections is independent).")
+      device = DEVICES[model](**params) if isinstance(model, str) else model
+      node = DeviceNode(self, device, label or
+                        f"{device.nest_name}_{len(self._devices)}")
+      self._devices.append(node)
+      return node
+    model, initial = _neuron_model(model, params)
     if isinstance(n, (bool, np.bool_)) or not isinstance(
         n, (int, np.integer)) or n < 1:
       raise ValueError(f"create: n must be a positive int, got {n!r}.")
-    for name, value in model.params.items():
+    for name, value in {**model.params, **initial}.items():
       if np.ndim(value) and np.shape(value) != (n,):
         raise ValueError(f"create({model.nest_name!r}, {n}): parameter "
                          f"{name!r} has {np.shape(value)[0]} values, not one "
@@ -178,6 +193,7 @@ class Network:
       raise ValueError(f"create: label {label!r} is taken.")
     start = self.n_neurons
     self._populations.append((label, model, int(n)))
+    self._initial[label] = initial
     return NodeCollection(self, start, start + int(n), label)
 
   def connect(self, pre: Any, post: Any, conn_spec: Any = None,
@@ -194,16 +210,16 @@ class Network:
     if isinstance(pre, Multimeter):
       pre.ranges.append(self._nodes(post, "post").ids)
       return
+    if isinstance(pre, DeviceNode):
+      self._connect_device(pre, self._nodes(post, "post"), conn_spec,
+                           syn_spec)
+      return
     if isinstance(pre, Recorder) or isinstance(post, Recorder):
       raise TypeError("connect: neurons go to a spike_recorder "
                       "(connect(neurons, recorder)); a multimeter goes to "
                       "neurons (connect(multimeter, neurons)).")
     pre, post = self._nodes(pre, "pre"), self._nodes(post, "post")
-    syn = dict(syn_spec or {})
-    unknown = sorted(set(syn) - _SYN_KEYS)
-    if unknown:
-      raise ValueError(f"connect: syn_spec takes {sorted(_SYN_KEYS)}, not "
-                       f"{unknown}.")
+    syn = _syn_spec(syn_spec)
     model = syn.get("synapse_model", "static_synapse")
     if model != "static_synapse":
       raise NotImplementedError(f"connect: synapse_model {model!r}; this "
@@ -218,6 +234,30 @@ class Network:
     if delay.family == "const":
       delay_steps(delay.largest(), self.dt, proj.label(len(self._projections)))
     self._projections.append(proj)
+
+  def _connect_device(self, node: DeviceNode, post: NodeCollection,
+                      conn_spec: Any, syn_spec: Any) -> None:
+    """A device to every neuron of ``post``, each target its own train
+    (NEST's ``all_to_all`` from a generator)."""
+    if conn_spec not in (None, "all_to_all") and conn_spec != {
+        "rule": "all_to_all"}:
+      raise ValueError(f"connect: a device connects all_to_all (every "
+                       f"target its own stimulus), not {conn_spec!r}.")
+    syn = _syn_spec(syn_spec)
+    where = f"connect({node.label} -> {post.label})"
+    weight = syn.get("weight", 1.0)
+    if isinstance(weight, (bool, np.bool_)) or not isinstance(
+        weight, (int, float, np.integer, np.floating)) or not math.isfinite(
+            weight):
+      raise ValueError(f"{where}: a device's weight is one finite number, "
+                       f"got {weight!r:.60}.")
+    delay = syn.get("delay", 1.0)
+    steps = int(delay_steps(delay, self.dt, where))
+    receptor = self._receptor(post, syn.get("receptor_type"))
+    if receptor == "sign":
+      receptor = 0 if weight >= 0 else 1
+    self._stimuli.append(Stimulus(node.device, post.ids, float(weight),
+                                  steps, receptor, len(self._stimuli)))
 
   def _nodes(self, nodes: Any, side: str) -> NodeCollection:
     if not isinstance(nodes, NodeCollection) or nodes.network is not self:
@@ -269,7 +309,8 @@ class Network:
       by_key.setdefault(group_key(model), []).append((label, model))
     self.layout = layout
     self.groups = [ModelGroup(members, layout, dt=self.dt, mesh=self.mesh,
-                              axis=self.axis, dtype=self.dtype)
+                              axis=self.axis, dtype=self.dtype,
+                              initial=self._initial)
                    for members in by_key.values()]
     every = self._exchange_every(index.min_delay)
     self.delivery = Delivery(index, self.mesh, axis=self.axis, every=every,
@@ -280,7 +321,7 @@ class Network:
       if isinstance(rec, SpikeRecorder):
         monitors[rec.key] = rec.monitor(every, layout.n_padded)
       else:
-        monitors.update(rec.monitors(every, self.dt, self._states_of(rec)))
+        monitors.update(rec.monitors(every, self.dt, self._parts(rec)))
     self.runner = Runner(self.step, monitors, dt=self.dt * every,
                          chunk=self.chunk, progress=self.progress)
 
@@ -304,21 +345,26 @@ class Network:
   def exchange_every(self) -> int:
     return self.delivery.every if self.delivery else 1
 
-  def _states_of(self, rec: Multimeter) -> dict:
-    """The States of ``rec``'s variables: its neurons' model group's."""
-    pops = population_ids(self.layout)[rec.ids()]
-    labels = {self.layout.names[k] for k in np.unique(pops)}
-    groups = [g for g in self.groups if labels <= set(g.labels)]
-    if len(groups) != 1:
-      raise ValueError(f"multimeter {rec.key!r}: its neurons must be of one "
-                       "model; use one multimeter per model.")
-    group = groups[0]
-    allowed = group.model.recordable()
-    bad = [v for v in rec.params["record_from"] if v not in allowed]
-    if bad:
-      raise ValueError(f"multimeter {rec.key!r}: {bad} are not recordables "
-                       f"of {group.model.nest_name}; it has {list(allowed)}.")
-    return {v: group.states[v] for v in rec.params["record_from"]}
+  def _parts(self, rec: Multimeter) -> list[tuple[dict, np.ndarray]]:
+    """``rec``'s neurons by model group: ``(the group's States of the
+    recorded variables, the group's recorded ids)``."""
+    ids = rec.ids()
+    pops = population_ids(self.layout)[ids]
+    parts = []
+    for group in self.groups:
+      mine = np.isin(pops, [self.layout.names.index(label)
+                            for label in group.labels])
+      if not mine.any():
+        continue
+      allowed = group.model.recordable()
+      bad = [v for v in rec.params["record_from"] if v not in allowed]
+      if bad:
+        raise ValueError(f"multimeter {rec.key!r}: {bad} are not recordables"
+                         f" of {group.model.nest_name}; it has "
+                         f"{list(allowed)}.")
+      parts.append(({v: group.states[v] for v in rec.params["record_from"]},
+                    ids[mine]))
+    return parts
 
   # -- one step, per shard ---------------------------------------------------
 
@@ -330,6 +376,16 @@ class Network:
         n_local, dtype=jnp.int32)
     inputs = inputs.astype(self.dtype)
     currents = jnp.zeros(n_local, self.dtype)
+    if self._stimuli:
+      rows = max(inputs.shape[0], 1 + max(
+          (s.receptor for s in self._stimuli if s.device.emits == "spikes"),
+          default=0))
+      inputs = jnp.concatenate([inputs, jnp.zeros(
+          (rows - inputs.shape[0], n_local), self.dtype)])
+      t = self.delivery.t.value
+      for stim in self._stimuli:
+        inputs, currents = stim.add(inputs, currents, t, ids, self.seed,
+                                    self.dt, self.dtype)
     spikes = jnp.zeros(n_local, bool)
     for group in self.groups:
       spikes = spikes | group.step(inputs, currents, ids)
@@ -383,21 +439,38 @@ class Network:
                      f"{name!r} (or spans models).")
 
 
-def _neuron_model(model: Any, params: dict) -> NeuronModel:
+def _syn_spec(syn_spec: Any) -> dict:
+  syn = dict(syn_spec or {})
+  unknown = sorted(set(syn) - _SYN_KEYS)
+  if unknown:
+    raise ValueError(f"connect: syn_spec takes {sorted(_SYN_KEYS)}, not "
+                     f"{unknown}.")
+  return syn
+
+
+def _neuron_model(model: Any, params: dict) -> tuple[NeuronModel, dict]:
+  """The model with ``params`` set, and the initial values of state
+  variables given among them (NEST's ``V_m`` in ``Create``'s params)."""
   if isinstance(model, str):
     if model not in MODELS:
       raise ValueError(f"create: unknown model {model!r}; the neuron models "
-                       f"are {sorted(MODELS)}, the recorders "
-                       f"{sorted(RECORDERS)}.")
-    return MODELS[model](**params)
-  if isinstance(model, type) and issubclass(model, NeuronModel):
-    return model(**params)
+                       f"are {sorted(MODELS)}, the devices {sorted(DEVICES)}, "
+                       f"the recorders {sorted(RECORDERS)}.")
+    model = MODELS[model]
+  cls = model if isinstance(model, type) else type(model)
+  if not (isinstance(cls, type) and issubclass(cls, NeuronModel)):
+    raise TypeError(f"create: model must be a NEST model name or a "
+                    f"bs.models neuron model, got {model!r:.60}.")
+  initial = {k: params.pop(k) for k in list(params)
+             if k in cls.initial and k not in cls.defaults}
+  for k, v in initial.items():
+    if not np.all(np.isfinite(np.asarray(v, np.float64))):
+      raise ValueError(f"create: initial {k} must be finite.")
   if isinstance(model, NeuronModel):
     changed = {k: v for k, v in model.params.items()
                if np.ndim(v) or v != model.defaults[k]}
-    return type(model)(**{**changed, **params})
-  raise TypeError(f"create: model must be a NEST model name or a "
-                  f"bs.models neuron model, got {model!r:.60}.")
+    params = {**changed, **params}
+  return cls(**params), initial
 
 
 def _mesh_and_axis(mesh: Any, axis: str | None) -> tuple[Any, str]:

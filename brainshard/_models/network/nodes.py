@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["NodeCollection"]
+__all__ = ["NodeCollection", "DeviceNode"]
 
 
 class NodeCollection:
@@ -66,3 +66,14 @@ class NodeCollection:
           "want to join them, or connect each one).")
     return NodeCollection(self.network, lo.start, hi.stop,
                           f"{lo.label}+{hi.label}")
+
+
+class DeviceNode:
+  """A stimulation device of ``network`` (``Network.create``'s handle):
+  ``net.connect(device, neurons, syn_spec=...)``."""
+
+  def __init__(self, network: Any, device: Any, label: str):
+    self.network, self.device, self.label = network, device, label
+
+  def __repr__(self) -> str:
+    return f"DeviceNode({self.label!r}, {self.device!r})"

@@ -128,36 +128,49 @@ class Multimeter(Recorder):
           f"is not a whole number of steps of dt = {dt} ms.")
     return int(round(steps))
 
-  def monitors(self, every: int, dt: float, states: dict) -> dict:
-    """One StateMonitor per recorded variable (``states``: the model
-    group's States by variable name)."""
-    out = {}
-    for var in self.params["record_from"]:
-      out[f"{self.key}__{var}"] = StateMonitor(
-          states[var], index=self.ids(),
-          every=self.interval_steps(dt) // every)
+  def monitors(self, every: int, dt: float, parts: list) -> dict:
+    """One StateMonitor per recorded variable and model group (``parts``:
+    ``(the group's States by variable, its recorded ids)``)."""
+    out, steps = {}, self.interval_steps(dt) // every
+    self._parts = [ids for _, ids in parts]
+    for k, (states, ids) in enumerate(parts):
+      for var in self.params["record_from"]:
+        out[f"{self.key}__{var}__{k}"] = StateMonitor(
+            states[var], index=ids, every=steps)
     return out
 
   @property
   def traces(self) -> dict:
-    runner = self.network.runner
+    """``{variable: [time, neuron] (ids in order), 'times': ms}``."""
+    result = self._result_of()
+    if result is None:
+      return {}
+    ids = np.concatenate(self._parts)
+    order = np.argsort(ids, kind="stable")
     out = {}
     for var in self.params["record_from"]:
-      key = f"{self.key}__{var}"
-      if runner is None or key not in runner.result.kinds:
-        continue
-      data = runner.result[key]
-      out[var] = np.asarray(data.values)
-      out["times"] = (np.asarray(data.steps, np.float64) + 1) * (
-          self.network.dt * self.network.exchange_every)
+      parts = [result[f"{self.key}__{var}__{k}"]
+               for k in range(len(self._parts))]
+      out[var] = np.concatenate([np.asarray(d.values) for d in parts],
+                                axis=1)[:, order]
+    out["times"] = (np.asarray(parts[0].steps, np.float64) + 1) * (
+        self.network.dt * self.network.exchange_every)
     return out
+
+  def _result_of(self):
+    runner = self.network.runner
+    if runner is None or not self.params["record_from"] or (
+        f"{self.key}__{self.params['record_from'][0]}__0"
+        not in runner.result.kinds):
+      return None
+    return runner.result
 
   @property
   def events(self) -> dict:
     traces = self.traces
-    ids = self.ids()
     if "times" not in traces:
       return {"senders": np.zeros(0, np.int64), "times": np.zeros(0)}
+    ids = self.ids()
     times = traces.pop("times")
     out = {"senders": np.tile(ids, len(times)),
            "times": np.repeat(times, len(ids))}
