@@ -76,9 +76,12 @@ class Placement:
     for, so a placement that succeeds validates nothing again."""
     try:
       return jax.device_put(x, target)
-    except Exception:  # JAX's ValueError, AssertionError, ...
-      check_spec(target.spec, jax.typeof(x).shape, self.mesh, owner())
-      raise
+    except Exception as e:  # JAX's ValueError, AssertionError, ...
+      refused = e
+    # outside the handler: the named error is raised without JAX's as its
+    # context; a spec that validates leaves JAX's error as it was
+    check_spec(target.spec, jax.typeof(x).shape, self.mesh, owner())
+    raise refused
 
   def _put_tree(self, value: Any, specs: Sequence[P], owner) -> Any:
     leaves, treedef = jax.tree.flatten(value)
