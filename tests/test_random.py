@@ -1,6 +1,10 @@
 """RandomState and bs.random: reproducibility, fresh numbers under every
 transform, and independent numbers on every shard."""
 
+import ast
+import inspect
+import textwrap
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -27,6 +31,26 @@ def test_random_state_seeds(seed):
   assert jnp.issubdtype(rng.value.dtype, jax.dtypes.prng_key)
   x = rng.uniform(size=4)
   np.testing.assert_array_equal(bs.RandomState(7).uniform(size=4), x)
+
+
+def test_random_state_lists_every_draw_in_its_class():
+  # RandomState is whole in one place: every draw of bs.random is a method
+  # defined in its class body (none bound onto it from another module),
+  # drawing from the state through the module-level function.
+  body = ast.parse(textwrap.dedent(inspect.getsource(bs.RandomState))).body[0]
+  defined = {node.name for node in body.body
+             if isinstance(node, ast.FunctionDef)} | {
+                 target.id for node in body.body
+                 if isinstance(node, ast.Assign) for target in node.targets}
+  draws = set(bs.random.__all__) - {
+      "RandomState", "default_state", "seed", "DEFAULT_SEED",
+      "poisson_table", "binomial_table"}  # (tables: no key, no draw)
+  assert draws <= defined, sorted(draws - defined)
+  added = {n for n in vars(bs.RandomState) if not n.startswith("__")}
+  assert added <= defined, sorted(added - defined)  # nothing bound later
+  rng = bs.RandomState(4)
+  np.testing.assert_array_equal(rng.laplace(size=3),
+                                bs.random.laplace(size=3, key=bs.RandomState(4)))
 
 
 def test_bad_seeds_and_keys():

@@ -1,8 +1,11 @@
 """Planning a bs.shard_map call (brainshard/_transforms/shard_map/plan.py): the
 mesh (given, or from jax.set_mesh at call time), the manual axes, keyword
 argument specs, which states the body reads and writes (a plan per argument
-and state signature), and the hint when a replicated State meets sharded
-data."""
+and state signature), each spec validated once per trace, and the hint when
+a replicated State meets sharded data."""
+
+import collections
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -168,3 +171,55 @@ def test_state_reshaped_outside_between_calls(axis_type):
   np.testing.assert_array_equal(buf.value, np.arange(16.0) * 2)
   assert seen[-1] == (4,)  # per-shard shape of the new value
   assert_on_mesh(buf, m, P("x"))
+
+
+def _count_validations(monkeypatch) -> collections.Counter:
+  """Counts spec validations (``check_spec`` calls) by what they validate,
+  wherever brainshard calls it from."""
+  from brainshard._core import specs
+  counts: collections.Counter = collections.Counter()
+  check = specs.check_spec
+
+  def counting(spec, shape, mesh, owner):
+    counts[owner] += 1
+    return check(spec, shape, mesh, owner)
+  for module in list(sys.modules.values()):
+    if (getattr(module, "__name__", "").startswith("brainshard")
+        and getattr(module, "check_spec", None) is check):
+      monkeypatch.setattr(module, "check_spec", counting)
+  return counts
+
+
+@pytest.mark.parametrize("how", ["traced", "eager"])
+def test_each_spec_is_validated_once_per_trace(monkeypatch, how):
+  # Before: a read State's spec was validated twice in a traced call (when
+  # planned, and again by the call) and three times in an eager one
+  # (placement too), an out spec once per write.
+  m = mesh((4,), ("x",))
+  v = bs.State(jnp.zeros(8), name="v", spec=P("x"))
+  w = bs.State(jnp.zeros(8), name="w")
+
+  def step(x):
+    v.value = v.value + x.sum()  # 2 per shard
+    v.value = v.value * 2  # a second write: its out spec is the same
+    w.value = x
+    return x
+
+  f = bs.shard_map(step, mesh=m, in_specs=P("x"), out_specs=P("x"),
+                   state_out_specs={w: P("x")})
+  run = bs.jit(f) if how == "traced" else f
+  counts = _count_validations(monkeypatch)
+  run(jnp.ones(8))
+  name = f.name
+  assert counts == {
+      f"{name}: positional argument 0 (float32[8])": 1,
+      f"{name}: State 'v' (float32[8]), state_in_specs P('x',)": 1,
+      f"{name}: State 'w' (float32[8]), state_in_specs P()": 1,
+      f"{name}: State 'w' (float32[8]), state_out_specs P('x',)": 1}
+  counts.clear()
+  run(jnp.ones(8))  # no new trace: nothing validated again
+  assert not counts
+  v.value = jnp.zeros(16)  # a new shape: a new trace validates it, once
+  run(jnp.ones(8))
+  assert counts == {f"{name}: State 'v', state_in_specs P('x',)": 1}
+  np.testing.assert_array_equal(v.value, np.full(16, 4.0))

@@ -17,11 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from brainshard._simulation.random import counts
-from brainshard._simulation.random import (
-    draw as random_draw, extra_api as random_extra_api,
-    samplers as random_samplers, small as random_small)
-from brainshard._simulation.random.state import (
-    RandomState, Size, _float_dtype, _shape, as_param, check)
+from brainshard._simulation.random import small as random_small
+from brainshard._simulation.random.params import (
+    Size, _float_dtype, _shape, as_param, check)
 from brainshard._simulation.random.blocks import per_element
 from brainshard._simulation.random.draw import _from_table, draw, randint
 from brainshard._simulation.random.samplers import _loc_scale
@@ -367,32 +365,3 @@ def hypergeometric(ngood, nbad, nsample, size: Size = None, key: Any = None,
   """
   return draw("hypergeometric", key, _hypergeometric, (ngood, nbad, nsample),
               _shape(size, ngood, nbad, nsample), _int(dtype), spec=spec)
-
-
-# ----------------------------------------------------------------------------
-# RandomState methods: every module-level draw, drawing from that state
-
-
-def _method(fun):
-  def method(self, *args, **kwargs):
-    # key= draws from that key instead, leaving this state as it is
-    # (brainstate's methods take it too)
-    kwargs.setdefault("key", self)
-    if kwargs["key"] is None:
-      kwargs["key"] = self
-    return fun(*args, **kwargs)
-  method.__name__ = method.__qualname__ = fun.__name__
-  method.__doc__ = (f"``bs.random.{fun.__name__}`` drawing from this state "
-                    "(or from ``key=`` when given).")
-  return method
-
-
-def _bind_methods() -> None:
-  for module in (random_draw, random_samplers, random_extra_api,
-                 __import__(__name__, fromlist=["_"])):
-    for name in module.__all__:
-      if name != "draw" and not hasattr(RandomState, name):
-        setattr(RandomState, name, _method(getattr(module, name)))
-
-
-_bind_methods()

@@ -7,6 +7,9 @@ runs the sampler through one ``jax.jit`` keyed by sampler, shape, dtype,
 options and layout, so an eager draw compiles once per kind and shape and a
 traced draw is inlined.
 
+``RandomState`` (``state.py``) sits above this module, as its methods are
+the draws; the draw path reaches it through one hook, :data:`RANDOM_STATE`.
+
 Example:
   >>> import brainshard as bs
   >>> rng = bs.RandomState(0)
@@ -17,7 +20,7 @@ Example:
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -25,14 +28,90 @@ import numpy as np
 
 from brainshard._core import compat
 from brainshard._core.frames import manual_axes
+from brainshard._core.state.state import State
+from brainshard._core.threads import frame_stack
 from brainshard._simulation.random import (
     blocks as random_blocks, counts as random_counts, small as random_small)
-from brainshard._simulation.random.state import (
-    Size, _float_dtype, _fold_members, _key, _member_axes, _shape,
-    _shard_index, as_param, check)
+from brainshard._simulation.random.params import (
+    Size, _float_dtype, _shape, as_key, as_param, check)
 
 __all__ = ["draw", "normal", "uniform", "bernoulli", "poisson", "randint",
            "from_table"]
+
+
+# ----------------------------------------------------------------------------
+# The key of a draw
+
+
+class RandomStateHook:
+  """How the draw path, below ``RandomState``, reaches it: ``state.py``
+  fills both slots as it is imported (``brainshard`` imports it), before
+  any draw runs.
+
+  ``cls`` is the class a ``key=`` may be (a draw advances its key);
+  ``default()`` the RandomState a draw without ``key=`` advances
+  (``bs.random.default_state``).
+  """
+  cls: type
+  default: Callable[[], Any]
+
+
+RANDOM_STATE = RandomStateHook()
+
+
+def _key(key: Any, where: str) -> jax.Array:
+  """The key one draw uses: split off a RandomState (the default one
+  without ``key=``), or the key given."""
+  if key is None:
+    return RANDOM_STATE.default()._next_key()
+  if isinstance(key, RANDOM_STATE.cls):
+    return key._next_key()
+  if isinstance(key, State):
+    raise TypeError(
+        f"bs.random.{where}: key= got {key.label()}, which is not a "
+        "RandomState; pass a bs.RandomState or a key array.")
+  return as_key(key, f"bs.random.{where}")
+
+
+def _member_axes() -> list[tuple[Any, int]]:
+  """``(axis name, size)`` of every enclosing ``bs.vmap`` (its members)."""
+  return [axis for frame in frame_stack()
+          for axis in frame.vmap_axes]
+
+
+def _fold_members(index: Any, axes: tuple) -> Any:
+  """``index`` extended by the member index of every enclosing ``bs.vmap``
+  (None without either). A member's frame carries ``vmap_axes``."""
+  for name, size in _member_axes():
+    member = jax.lax.axis_index(name)
+    if axes and name in compat.varying_axes(jax.typeof(member)):
+      raise NotImplementedError(_VMAP_AROUND_SHARD_MAP)
+    index = member if index is None else index * size + member
+  return index
+
+
+def _shard_index() -> Any:
+  """This shard's linear index over all manual axes, extended by the member
+  index of every enclosing ``bs.vmap`` (None outside both).
+
+  An ensemble sharded over a mesh axis with B/n members per shard thus
+  draws what the unsharded ensemble draws (index = global member).
+  """
+  axes = manual_axes()
+  index = jax.lax.axis_index(tuple(a for a, _ in axes)) if axes else None
+  return _fold_members(index, axes)
+
+
+# Where a shard_map body is first traced inside a bs.vmap around it, the
+# member index is typed as varying over the vmap's axis, which JAX cannot
+# cast to a mesh axis (an AssertionError inside jax.lax.pvary). A
+# shard_map already called outside (its body replayed under the vmap's own
+# batching) does not meet this.
+_VMAP_AROUND_SHARD_MAP = (
+    "a random draw from a RandomState inside bs.shard_map inside bs.vmap: "
+    "the per-member key cannot be combined with the per-shard key there. "
+    "Put bs.vmap inside the bs.shard_map: each device then runs its members, "
+    "which draw what the unsharded ensemble draws.")
 
 
 def _draw_context(spec: Any) -> tuple[Any, tuple]:

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from brainshard._simulation.random import extra as rx
-from brainshard._simulation.random.state import Size, _float_dtype, _shape, check
+from brainshard._simulation.random.params import Size, _float_dtype, _shape, check
 from brainshard._simulation.random.draw import draw
 
 __all__ = [

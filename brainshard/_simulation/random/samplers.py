@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from brainshard._simulation.random.state import (
+from brainshard._simulation.random.params import (
     Size, _float_dtype, _shape, as_param, check)
 from brainshard._simulation.random.blocks import element_keys, per_element
 from brainshard._simulation.random.draw import draw

@@ -1,4 +1,5 @@
-"""Random numbers drawn from States, so they work under every transform.
+"""``RandomState``: random numbers drawn from States, so they work under
+every transform; and the default stream.
 
 A :class:`RandomState` is a State holding a typed PRNG key
 (``jax.random.key``). Each draw splits the key, writes the new key back (an
@@ -12,96 +13,45 @@ global shape (the per-shard ``size`` times the mesh axes it names) and the
 block, and each element's bits depend only on the key and the element's
 global index (``random_blocks``). The key State advances identically on
 every shard, so the same seed gives the same numbers on any mesh.
+
+This module is the top of the package: every draw of ``bs.random`` is a
+method of ``RandomState``, listed in its class and delegating to the
+function (the one draw path, ``draw.py``), which reaches ``RandomState``
+and the default stream through the hook ``draw.RANDOM_STATE``, filled here.
 """
 
 from __future__ import annotations
 
 import operator
-import os
 import threading
-from typing import Any, Sequence
+from typing import Any, Callable
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 
 from brainshard._core import compat
-from brainshard._core.frames import manual_axes
 from brainshard._core.program.held import flush_unheld
 from brainshard._core.state.state import State
 from brainshard._core.threads import frame_stack, outside_frames, slots_locked
+from brainshard._simulation.random import discrete, draw, extra_api, samplers
+from brainshard._simulation.random.draw import RANDOM_STATE, _shard_index
+from brainshard._simulation.random.params import as_key
 
-__all__ = ["RandomState", "default_state", "seed", "split_key", "check"]
-
-Size = int | Sequence[int] | None
-
-
-def _is_typed_key(x: Any) -> bool:
-  dtype = getattr(x, "dtype", None)
-  return dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key)
+__all__ = ["RandomState", "default_state", "seed", "split_key",
+           "DEFAULT_SEED"]
 
 
-def _as_key(seed_or_key: Any, owner: str) -> jax.Array:
-  """A scalar typed key from a seed, a typed key or a raw uint32 key; None
-  gives a fresh key from the operating system's entropy."""
-  x = seed_or_key
-  if x is None:
-    return jax.random.wrap_key_data(np.frombuffer(os.urandom(8), np.uint32))
-  if _is_typed_key(x):
-    if x.shape:
-      raise ValueError(f"{owner}: expected one PRNG key, got keys of shape {x.shape}.")
-    return x
-  if isinstance(x, (int, np.integer)) or (
-      hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.integer)
-      and np.shape(x) == ()):
-    return jax.random.key(x)
-  if hasattr(x, "dtype") and x.dtype == jnp.uint32 and np.ndim(x) == 1:
-    return jax.random.wrap_key_data(x)
-  raise TypeError(
-      f"{owner}: expected an int seed, a key from jax.random.key or a raw "
-      f"uint32 key from jax.random.PRNGKey; got {type(x).__name__}"
-      f"{' ' + str(getattr(x, 'dtype', '')) if hasattr(x, 'dtype') else ''}.")
-
-
-def _member_axes() -> list[tuple[Any, int]]:
-  """``(axis name, size)`` of every enclosing ``bs.vmap`` (its members)."""
-  return [axis for frame in frame_stack()
-          for axis in frame.vmap_axes]
-
-
-def _fold_members(index: Any, axes: tuple) -> Any:
-  """``index`` extended by the member index of every enclosing ``bs.vmap``
-  (None without either). A member's frame carries ``vmap_axes``."""
-  for name, size in _member_axes():
-    member = jax.lax.axis_index(name)
-    if axes and name in compat.varying_axes(jax.typeof(member)):
-      raise NotImplementedError(_VMAP_AROUND_SHARD_MAP)
-    index = member if index is None else index * size + member
-  return index
-
-
-def _shard_index() -> Any:
-  """This shard's linear index over all manual axes, extended by the member
-  index of every enclosing ``bs.vmap`` (None outside both).
-
-  An ensemble sharded over a mesh axis with B/n members per shard thus
-  draws what the unsharded ensemble draws (index = global member).
-  """
-  axes = manual_axes()
-  index = jax.lax.axis_index(tuple(a for a, _ in axes)) if axes else None
-  return _fold_members(index, axes)
-
-
-# Where a shard_map body is first traced inside a bs.vmap around it, the
-# member index is typed as varying over the vmap's axis, which JAX cannot
-# cast to a mesh axis (an AssertionError inside jax.lax.pvary). A
-# shard_map already called outside (its body replayed under the vmap's own
-# batching) does not meet this.
-_VMAP_AROUND_SHARD_MAP = (
-    "a random draw from a RandomState inside bs.shard_map inside bs.vmap: "
-    "the per-member key cannot be combined with the per-shard key there. "
-    "Put bs.vmap inside the bs.shard_map: each device then runs its members, "
-    "which draw what the unsharded ensemble draws.")
+def _draws(fun: Callable) -> Callable:
+  """The draw ``fun`` of ``bs.random`` as a method drawing from this state."""
+  def method(self, *args, **kwargs):
+    # key= draws from that key instead, leaving this state as it is
+    # (brainstate's methods take it too)
+    if kwargs.get("key") is None:
+      kwargs["key"] = self
+    return fun(*args, **kwargs)
+  method.__name__ = method.__qualname__ = fun.__name__
+  method.__doc__ = (f"``bs.random.{fun.__name__}`` drawing from this state "
+                    "(or from ``key=`` when given).")
+  return method
 
 
 class RandomState(State):
@@ -132,7 +82,7 @@ class RandomState(State):
   vmap_shared = True  # bs.vmap members share the key (each folds in its index)
 
   def __init__(self, seed_or_key: Any = 0, name: str | None = None):
-    super().__init__(_as_key(seed_or_key, "RandomState"), name=name)
+    super().__init__(as_key(seed_or_key, "RandomState"), name=name)
 
   def __repr__(self) -> str:
     flush_unheld()  # a program's held results first (not a lend: a read)
@@ -146,7 +96,7 @@ class RandomState(State):
   def seed(self, seed_or_key: Any = None) -> None:
     """Restarts the stream from a seed or key (a State write); without one,
     from a fresh nondeterministic seed."""
-    key = _as_key(seed_or_key, f"{self.label()}.seed")
+    key = as_key(seed_or_key, f"{self.label()}.seed")
     # not between another thread's read and write of the key
     with slots_locked():
       self.value = key
@@ -179,6 +129,74 @@ class RandomState(State):
     key, sub = jax.random.split(self.value)
     self.value = key
     return sub
+
+  # -- every draw of bs.random, from this state ---------------------------
+
+  # the core draws (draw.py)
+  normal = _draws(draw.normal)
+  uniform = _draws(draw.uniform)
+  bernoulli = _draws(draw.bernoulli)
+  poisson = _draws(draw.poisson)
+  randint = _draws(draw.randint)
+  from_table = _draws(draw.from_table)
+
+  # continuous samplers (samplers.py)
+  standard_normal = _draws(samplers.standard_normal)
+  standard_exponential = _draws(samplers.standard_exponential)
+  standard_gamma = _draws(samplers.standard_gamma)
+  standard_cauchy = _draws(samplers.standard_cauchy)
+  standard_t = _draws(samplers.standard_t)
+  exponential = _draws(samplers.exponential)
+  gamma = _draws(samplers.gamma)
+  beta = _draws(samplers.beta)
+  chisquare = _draws(samplers.chisquare)
+  lognormal = _draws(samplers.lognormal)
+  laplace = _draws(samplers.laplace)
+  logistic = _draws(samplers.logistic)
+  gumbel = _draws(samplers.gumbel)
+  pareto = _draws(samplers.pareto)
+  weibull = _draws(samplers.weibull)
+  truncated_normal = _draws(samplers.truncated_normal)
+  multivariate_normal = _draws(samplers.multivariate_normal)
+  dirichlet = _draws(samplers.dirichlet)
+
+  # discrete, combinatorial and convenience draws (discrete.py)
+  rand = _draws(discrete.rand)
+  randn = _draws(discrete.randn)
+  random = _draws(discrete.random)
+  random_sample = _draws(discrete.random_sample)
+  choice = _draws(discrete.choice)
+  permutation = _draws(discrete.permutation)
+  shuffle = _draws(discrete.shuffle)
+  binomial = _draws(discrete.binomial)
+  multinomial = _draws(discrete.multinomial)
+  categorical = _draws(discrete.categorical)
+  geometric = _draws(discrete.geometric)
+  negative_binomial = _draws(discrete.negative_binomial)
+  hypergeometric = _draws(discrete.hypergeometric)
+  rand_like = _draws(discrete.rand_like)
+  randn_like = _draws(discrete.randn_like)
+  randint_like = _draws(discrete.randint_like)
+
+  # numpy.random's rarer samplers and brainstate's extras (extra_api.py)
+  f = _draws(extra_api.f)
+  noncentral_chisquare = _draws(extra_api.noncentral_chisquare)
+  noncentral_f = _draws(extra_api.noncentral_f)
+  power = _draws(extra_api.power)
+  rayleigh = _draws(extra_api.rayleigh)
+  triangular = _draws(extra_api.triangular)
+  wald = _draws(extra_api.wald)
+  logseries = _draws(extra_api.logseries)
+  zipf = _draws(extra_api.zipf)
+  vonmises = _draws(extra_api.vonmises)
+  random_integers = _draws(extra_api.random_integers)
+  ranf = _draws(extra_api.ranf)
+  sample = _draws(extra_api.sample)
+  t = _draws(extra_api.t)
+  maxwell = _draws(extra_api.maxwell)
+  loggamma = _draws(extra_api.loggamma)
+  weibull_min = _draws(extra_api.weibull_min)
+  orthogonal = _draws(extra_api.orthogonal)
 
 
 # ----------------------------------------------------------------------------
@@ -227,19 +245,6 @@ def seed(seed_or_key: Any = None) -> None:
   default_state().seed(seed_or_key)
 
 
-def _key(key: Any, where: str) -> jax.Array:
-  """The key one draw uses: split off a RandomState, or the key given."""
-  if key is None:
-    return default_state()._next_key()
-  if isinstance(key, RandomState):
-    return key._next_key()
-  if isinstance(key, State):
-    raise TypeError(
-        f"bs.random.{where}: key= got {key.label()}, which is not a "
-        "RandomState; pass a bs.RandomState or a key array.")
-  return _as_key(key, f"bs.random.{where}")
-
-
 def _count(n: Any) -> int | None:
   """``n`` keys to split: None, or an integer >= 1 (numpy ints too)."""
   if n is None:
@@ -257,58 +262,10 @@ def split_key(n: int | None = None, key: Any = None) -> jax.Array:
     return default_state().split_key(n)
   if isinstance(key, RandomState):
     return key.split_key(n)
-  k = _as_key(key, "bs.random.split_key")
+  k = as_key(key, "bs.random.split_key")
   return k if n is None else jax.random.split(k, n)
 
 
-def as_param(x: Any) -> Any:
-  """A parameter given as a Python list or tuple (``uniform([0., 2.], 1.)``,
-  as numpy.random takes) as an array; anything else as is."""
-  if isinstance(x, (list, tuple)):
-    return jnp.asarray(x)
-  return x
-
-
-def check(where: str, ok: Any, message: str, *params: Any) -> None:
-  """Raises ``ValueError(message)`` when every one of ``params`` is concrete
-  and ``ok(*params)`` (on NumPy arrays) is not all true; does nothing for
-  traced parameters (a traced value cannot raise).
-
-  Example:
-    >>> from brainshard._simulation.random.state import check
-    >>> check("power", lambda a: a > 0, "a must be > 0", [1.0, 2.0])
-  """
-  values = []
-  for p in params:
-    p = as_param(p)
-    if compat.is_traced(p):
-      return
-    values.append(None if p is None else np.asarray(p))
-  if not np.all(ok(*values)):
-    raise ValueError(f"bs.random.{where}: {message} (got "
-                     f"{', '.join(str(v) for v in values)}).")
-
-
-def _shape(size: Size, *params: Any) -> tuple[int, ...]:
-  shapes = [np.shape(as_param(p)) for p in params if p is not None]
-  if size is None:
-    return tuple(np.broadcast_shapes(*shapes))
-  if isinstance(size, (int, np.integer)):
-    shape = (int(size),)
-  else:
-    shape = tuple(int(s) for s in size)
-  try:  # numpy's rule: the parameters broadcast to size
-    ok = np.broadcast_shapes(shape, *shapes) == shape
-  except ValueError:
-    ok = False
-  if not ok:
-    raise ValueError(f"bs.random: parameters of shapes {shapes} do not "
-                     f"broadcast to size={shape}.")
-  return shape
-
-
-def _float_dtype(dtype: Any, *params: Any) -> Any:
-  if dtype is not None:
-    return dtype
-  dt = jnp.result_type(*(as_param(p) for p in params if p is not None), float)
-  return dt if jnp.issubdtype(dt, jnp.floating) else jnp.dtype(float)
+# The draw path (below this module) reaches RandomState through this hook.
+RANDOM_STATE.cls = RandomState
+RANDOM_STATE.default = default_state

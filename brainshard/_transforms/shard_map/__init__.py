@@ -1,1 +1,1 @@
-"""`bs.shard_map`: the plan, the per-shard frames, eager placement, error messages."""
+"""`bs.shard_map`: the plan and its map, the per-shard frames and bodies, eager calls and their placement, error messages."""

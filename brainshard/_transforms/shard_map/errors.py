@@ -23,8 +23,8 @@ from brainshard._core.specs import manual_spec, shard_aval
 from brainshard._core.state.state import State
 from brainshard._core.state.values import describe_signature
 
-__all__ = ["explain_axis_error", "explain_shape_error", "explain_write",
-           "input_rows"]
+__all__ = ["explain_axis_error", "explain_plan_error", "explain_shape_error",
+           "explain_write", "input_rows"]
 
 
 def _with_message(e: Exception, message: str, cls: type | None = None):
@@ -190,3 +190,25 @@ def explain_write(e: ValueError, name: str, state: State, sig: Any,
       f"it from state_out_specs (or set {{{label}: {spec_in}}}); to store "
       f"it as {spec_out}, write that block (e.g. gather the shards' values "
       "with jax.lax.all_gather(..., tiled=True)).")) from None
+
+
+# -- a plan's discovery trace ---------------------------------------------------
+
+
+def explain_plan_error(e: Exception, name: str, mesh: Any,
+                       manual_axes: Sequence[str], manual: frozenset | None,
+                       call: Any, arg_specs: list, kwarg_specs: dict,
+                       touched) -> None:
+  """Re-raises an error of the trace that discovers a plan: a write that
+  does not fit a State's ``state_out_specs``, or a per-shard shape error,
+  naming the inputs and specs involved. ``touched`` is ``(state, in specs,
+  out specs or None, signature)`` per State the trace met."""
+  for s, specs, out, sig in touched:
+    if out is not None and f"{s.label()} holds " in str(e):
+      # frames.py's wrong-write error (the write's out specs were resolved
+      # before it was checked)
+      explain_write(e, name, s, sig, specs, out, mesh, manual)
+  touched = [(s, specs, sig) for s, specs, _, sig in touched]
+  rows = input_rows(mesh, manual, call.args, arg_specs, call.kwargs,
+                    kwarg_specs, touched)
+  explain_shape_error(e, name, mesh, manual_axes, rows, touched)

@@ -12,7 +12,7 @@ state is split while its global shape stays the same.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import jax
 from jax.sharding import NamedSharding, PartitionSpec as P
@@ -85,36 +85,38 @@ class DiscoveryShardFrame(Frame):
   """Discovers a shard_map body's states while it runs inside a real
   ``jax.shard_map``, so per-shard types (varying axes) are exactly those of
   the real call: a state's first read takes the whole value from the outer
-  discovery trace and cuts out this shard's block."""
+  discovery trace and cuts out this shard's block.
+
+  ``layouts`` gives each State's per-leaf specs as discovery meets it
+  (``layouts.in_specs(state, sig)``, ``layouts.out_specs(state, sig)``, for
+  its global signature ``sig``): the plan's, resolved and validated once.
+  """
 
   def __init__(self, name: str, mesh: Any, manual: frozenset | None,
-               state_specs: Callable[[State, Signature], list[P]],
-               out_specs: Callable[[State, Signature], list[P]],
-               manual_axes: tuple[tuple[str, int], ...]):
+               layouts: Any, manual_axes: tuple[tuple[str, int], ...]):
     super().__init__(name)
     self.mesh = mesh
     self.manual = manual
-    self.state_specs = state_specs
-    self.out_specs = out_specs
+    self.layouts = layouts
     # As in ShardFrame: per-shard draws and reports see the same frames
     # when the body is discovered as when it runs.
     self.manual_axes = manual_axes
 
   def first_read(self, state: State, outer_value: Any) -> Any:
-    specs = self.state_specs(state, signature(outer_value))
+    specs = self.layouts.in_specs(state, signature(outer_value))
     leaves, treedef = jax.tree.flatten(outer_value)
     return jax.tree.unflatten(treedef, [
         _local_block(x, manual_spec(spec, self.manual), self.mesh)
         for x, spec in zip(leaves, specs)])
 
   def inner_signature(self, state: State, outer_sig: Signature) -> Signature:
-    return _shard_signature(outer_sig, self.state_specs(state, outer_sig),
+    return _shard_signature(outer_sig, self.layouts.in_specs(state, outer_sig),
                             self.mesh, self.manual)
 
   def write_signature(self, state: State) -> Signature:
     outer = _outer_signature(self, state)
-    return _shard_signature(outer, self.out_specs(state, outer), self.mesh,
-                            self.manual)
+    return _shard_signature(outer, self.layouts.out_specs(state, outer),
+                            self.mesh, self.manual)
 
 
 def _outer_signature(frame: Frame, state: State) -> Signature:

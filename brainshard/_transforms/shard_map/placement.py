@@ -35,7 +35,8 @@ class Placement:
   sharding, and per argument structure each leaf's, so a call whose inputs
   are placed right (the steady state: the states hold the previous call's
   outputs) costs one sharding comparison per leaf and rebuilds nothing.
-  ``owner`` is the ``ShardMappedFunction`` (its name, specs and planner).
+  ``owner`` is the function's ``ShardPlanner`` (its name, specs and static
+  arguments).
   """
 
   def __init__(self, owner: Any, mesh: Any):
@@ -69,11 +70,18 @@ class Placement:
     return cached[1]
 
   def _move(self, x: Any, target: NamedSharding, owner) -> Any:
-    """``device_put`` after validating: a shape the mesh cannot split (say, a
-    state given a new shape between calls) must name the state or argument,
-    not fail inside JAX."""
+    """``device_put``; where JAX refuses, the spec is validated: a shape the
+    mesh cannot split (say, a state given a new shape between calls) must
+    name the state or argument. The plan validated the shapes it was made
+    for, so a placement that succeeds validates nothing again."""
+    try:
+      return jax.device_put(x, target)
+    except Exception as e:  # JAX's ValueError, AssertionError, ...
+      refused = e
+    # outside the handler: the named error is raised without JAX's as its
+    # context; a spec that validates leaves JAX's error as it was
     check_spec(target.spec, jax.typeof(x).shape, self.mesh, owner())
-    return jax.device_put(x, target)
+    raise refused
 
   def _put_tree(self, value: Any, specs: Sequence[P], owner) -> Any:
     leaves, treedef = jax.tree.flatten(value)
@@ -116,7 +124,7 @@ class Placement:
     if any(t is None for t in targets):
       return None
     spec = self.owner.in_specs
-    static = self.owner.static_argnums or self.owner.static_argnames
+    static = self.owner.static.argnums or self.owner.static.argnames
     if isinstance(spec, P) and not static:
       return targets, self._sharding(spec), None
     return targets, None, self._place_args
@@ -141,12 +149,12 @@ class Placement:
 
   def _arg_specs(self, args: tuple) -> list[list[P]]:
     if self.owner.in_specs is None:  # follows the arguments' own shardings
-      return self.owner.planner.arg_specs(self.mesh, args)
+      return self.owner.arg_leaf_specs(self.mesh, args)
     return arg_leaf_specs(self.owner.in_specs, args, None)
 
   def _place_args(self, args: tuple) -> tuple:
     """Places the positional arguments; static ones stay Python values."""
-    if self.owner.static_argnums or self.owner.static_argnames:
+    if self.owner.static.argnums or self.owner.static.argnames:
       call = self.owner.static.split(args, {})
       static = dict(call.static[0])
       placed = iter(self._place_dynamic(tuple(call.args)))
@@ -193,7 +201,7 @@ class Placement:
   def _place_kwargs(self, kwargs: dict) -> dict:
     """Keyword arguments go where ``kwarg_specs`` says (default replicated);
     static ones stay Python values."""
-    static = set(self.owner.static_argnames)
+    static = set(self.owner.static.argnames)
     specs = self.owner.kwarg_specs
     name = self.owner.name
     return {k: v if k in static else self._put_tree(
