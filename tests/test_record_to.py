@@ -204,10 +204,11 @@ def test_bad_paths_and_mismatched_records(tmp_path):
   path = tmp_path / "run.zarr"
   bs.Runner(step, monitors(v), chunk=32, progress=False,
             record_to=path).run(32)
-  other = bs.Runner(step, {"spikes": bs.SpikeMonitor()}, chunk=32,
-                    progress=False, record_to=path, start_step=32)
   with pytest.raises(ValueError, match="holds the records of monitors"):
-    other.run(32)
+    bs.Runner(step, {"spikes": bs.SpikeMonitor()}, record_to=path)
+  with pytest.raises(ValueError, match="recorded with dt=1.0"):
+    bs.Runner(step, monitors(v), record_to=path, dt=0.1)
+  assert bs.load_records(path).steps == 32    # left as it was
   with pytest.raises(FileNotFoundError):
     bs.load_records(tmp_path / "missing.zarr")
 

@@ -76,9 +76,12 @@ class ZarrStore:
   :meth:`commit` per chunk, :meth:`mark`/:meth:`truncate` to drop a chunk
   that failed half-way, :meth:`rewind` to continue from an earlier step.
   ``mode='r'`` opens a record read-only (:func:`~brainshard.load_records`).
+  ``kinds`` (``{monitor: kind}``) and ``dt``, when given, must be those of
+  a record already at ``path``: checked before anything there changes.
   """
 
-  def __init__(self, path: str | os.PathLike, mode: str = "a"):
+  def __init__(self, path: str | os.PathLike, mode: str = "a", *,
+               kinds: dict | None = None, dt: float | None = None):
     zarr = open_zarr()
     self.path = os.fspath(path)
     self.writable = mode != "r"
@@ -100,6 +103,8 @@ class ZarrStore:
     self.committed: dict[str, int] = dict(self.info.get("lengths", {}))
     self.pending = dict(self.committed)   # rows written, committed or not
     self._arrays: dict[str, Any] = {}
+    if kinds is not None and self.monitors:
+      self._check({n: {"kind": k} for n, k in kinds.items()}, dt, ("kind",))
     if self.writable and info is not None:
       self._cut_to_committed()
 
@@ -144,21 +149,12 @@ class ZarrStore:
     """Before a run: checks that the record holds the same monitors (names,
     kinds, sizes) and dt, makes their groups, and notes the planned end."""
     old = self.monitors
-    if old and (set(old) != set(monitors) or any(
-        {k: old[n].get(k) for k in ("kind", "n", "every")}
-        != {k: m.get(k) for k in ("kind", "n", "every")}
-        for n, m in monitors.items())):
-      raise ValueError(
-          f"record_to={self.path!r} holds the records of monitors "
-          f"{_describe(old)}; this runner records {_describe(monitors)}. "
-          "Give a new path (or delete the old record).")
-    if old and "dt" in self.info and self.info["dt"] != dt:
-      raise ValueError(f"record_to={self.path!r} was recorded with dt="
-                       f"{self.info['dt']}, this runner has dt={dt}")
+    if old:
+      self._check(monitors, dt, ("kind", "n", "every"))
     for name, meta in monitors.items():
-      if name not in self.root:
+      if name not in self.root:  # what a plain zarr reader needs to know
         group = self.root.create_group(name)
-        group.attrs.update({**meta, "dt": dt})
+        group.attrs.update({**meta, "dt": dt, "start": start})
     merged = {n: {**m, "fields": old.get(n, {}).get("fields", {})}
               for n, m in monitors.items()}
     self.info = {**self.info, "format": KEY, "version": VERSION, "dt": dt,
@@ -166,6 +162,19 @@ class ZarrStore:
                  "start": start if not self.committed else self.start,
                  "steps": self.steps, "lengths": dict(self.committed)}
     self._write_info()
+
+  def _check(self, monitors: dict, dt: float | None, keys: tuple) -> None:
+    old = self.monitors
+    if set(old) != set(monitors) or any(
+        {k: old[n].get(k) for k in keys} != {k: m.get(k) for k in keys}
+        for n, m in monitors.items()):
+      raise ValueError(
+          f"record_to={self.path!r} holds the records of monitors "
+          f"{_describe(old)}; this runner records {_describe(monitors)}. "
+          "Give a new path (or delete the old record).")
+    if dt is not None and self.info.get("dt", dt) != dt:
+      raise ValueError(f"record_to={self.path!r} was recorded with dt="
+                       f"{self.info['dt']}, this runner has dt={dt}")
 
   def append(self, name: str, field: str, value: Any) -> None:
     """Appends ``value`` (an array, or a dict/list/tuple of arrays, with
@@ -273,6 +282,9 @@ class ZarrStore:
     reader (or a kill) in between sees committed rows that all exist."""
     self.pending = {k: min(rows.get(k, 0), n) for k, n in self.pending.items()}
     self.commit(steps, start)
+    for name in self.monitors:
+      if name in self.root:
+        self.root[name].attrs["start"] = start
     for key, n in self.pending.items():
       arr = self._array(key)
       if arr.shape[0] != n:

@@ -137,9 +137,10 @@ class Runner:
     self._loop: ChunkedLoop | None = None
     self.chunks_done = 0
     kinds = {n: _KINDS[type(m)] for n, m in self.recorder.monitors.items()}
+    dt_ = dt if dt is not None else 1.0
     records = (Store(store) if record_to in (None, "memory")
-               else ZarrStore(record_to))
-    self.result = Result(kinds, {}, dt if dt is not None else 1.0, records)
+               else ZarrStore(record_to, kinds=kinds, dt=dt_))
+    self.result = Result(kinds, {}, dt_, records)
     # A record on disk may hold earlier steps of this run: kept before here.
     self.result.start, self.result.steps = records.rewind(self.step_count)
     self._programs = ProgramWatch(self.name)  # what each chunk compiled for
