@@ -149,7 +149,26 @@ def test_a_new_runner_continues_the_record(tmp_path, capsys):
   assert_same(bs.load_records(path), memory_run(160))
   with pytest.raises(ValueError, match="would leave a gap"):
     bs.Runner(step, monitors(v), progress=False, record_to=path,
-              start_step=200)
+              start_step=200).run(1)
+  assert bs.load_records(path).steps == 160
+
+
+@pytest.mark.slow
+def test_restoring_a_checkpoint_rewinds_the_record(tmp_path):
+  """A run killed after its checkpoint of step 128 and resumed from it in
+  a new runner leaves one record, equal to the uninterrupted run's."""
+  pytest.importorskip("orbax.checkpoint")
+  path, ckpt = tmp_path / "run.zarr", tmp_path / "ckpt"
+  v, step = net()
+  bs.Runner(step, monitors(v), chunk=32, progress=False, record_to=path,
+            checkpoint_every=2, checkpoint_dir=ckpt).run(160)
+  v, step = net()                           # a new process, as it were
+  again = bs.Runner(step, monitors(v), chunk=32, progress=False,
+                    record_to=path, checkpoint_dir=ckpt)
+  assert again.restore()["step"] == 128
+  assert (again.result.start, again.result.steps) == (0, 128)
+  again.run(64)
+  assert_same(bs.load_records(path), memory_run(192))
 
 
 def test_uncommitted_rows_are_not_records(tmp_path):

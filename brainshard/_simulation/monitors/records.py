@@ -84,6 +84,10 @@ class Store:
   def commit(self, steps: int, start: int | None = None) -> None:
     pass
 
+  def extent(self, step: int) -> tuple[int, int]:
+    """``(start, steps)`` of the records a runner at ``step`` starts with."""
+    return step, 0
+
   def rewind(self, step: int) -> tuple[int, int]:
     """Records start afresh at ``step``: returns ``(start, steps)``."""
     self.clear()

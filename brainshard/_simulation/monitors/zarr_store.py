@@ -158,8 +158,7 @@ class ZarrStore:
     merged = {n: {**m, "fields": old.get(n, {}).get("fields", {})}
               for n, m in monitors.items()}
     self.info = {**self.info, "format": KEY, "version": VERSION, "dt": dt,
-                 "monitors": merged, "end": end,
-                 "start": start if not self.committed else self.start,
+                 "monitors": merged, "end": end, "start": start,
                  "steps": self.steps, "lengths": dict(self.committed)}
     self._write_info()
 
@@ -235,24 +234,29 @@ class ZarrStore:
     """Drops every record; the next ones start at step ``start``."""
     self._cut(dict.fromkeys(self.pending, 0), start, 0)
 
+  def extent(self, step: int) -> tuple[int, int]:
+    """``(start, steps)`` of the record as it is (a new one starts at
+    ``step``); nothing changes until a run or a restore :meth:`rewind` it."""
+    return (self.start, self.steps) if self.steps else (step, 0)
+
   def rewind(self, step: int) -> tuple[int, int]:
     """Keeps the records of the steps before ``step`` (all of them, when
     ``step`` is the record's end; none when it is before the record's
     start), so that a run continued from ``step`` appends after them.
     Returns the record's ``(start, steps)``."""
     start, end = self.start, self.start + self.steps
-    if not self.committed or step <= start:
-      self.clear(step)
-      return step, 0
-    if step > end:
+    if self.steps and step > end:
       raise ValueError(
           f"record_to={self.path!r} holds steps [{start}, {end}); a run from "
           f"step {step} would leave a gap. Give a new path, or continue from "
           f"step {end} or before.")
-    if step < end:
+    if self.steps and step < end:
       print(f"bs.Runner: {self.path} held steps [{start}, {end}); the records "
-            f"of steps [{step}, {end}) are dropped and the run appends from "
-            f"step {step}.", file=sys.stderr)
+            f"of steps [{max(step, start)}, {end}) are dropped and the run "
+            f"appends from step {step}.", file=sys.stderr)
+    if not self.steps or step <= start:
+      self.clear(step)
+      return step, 0
     rows = {}
     for name in self.monitors:
       below = self._rows_before(name, step)

@@ -62,8 +62,9 @@ class Runner:
       zarr v3 group (e.g. ``'run.zarr'``) each chunk's records are appended
       to and committed, readable while the run goes on and after a kill
       (``bs.load_records``); host memory stays flat. A path that holds a
-      record of the same monitors is continued: its records of steps from
-      ``start_step`` on are dropped, and the run appends after the rest.
+      record of the same monitors is continued: at the first ``run`` (or
+      :meth:`restore`) its records from that step on are dropped, and the
+      run appends after the rest.
       Needs zarr (``pip install 'brainshard[record]'``).
     store: a directory to stream records to as raw files (read back as
       numpy memmaps, in this process only); prefer ``record_to``.
@@ -141,8 +142,8 @@ class Runner:
     records = (Store(store) if record_to in (None, "memory")
                else ZarrStore(record_to, kinds=kinds, dt=dt_))
     self.result = Result(kinds, {}, dt_, records)
-    # A record on disk may hold earlier steps of this run: kept before here.
-    self.result.start, self.result.steps = records.rewind(self.step_count)
+    # A record on disk may hold steps already: run() or restore() continue it.
+    self.result.start, self.result.steps = records.extent(self.step_count)
     self._programs = ProgramWatch(self.name)  # what each chunk compiled for
 
   def __repr__(self) -> str:
@@ -231,6 +232,9 @@ class Runner:
     result = self.result
     if result.steps == 0:
       result.start = self.step_count
+    elif result.start + result.steps != self.step_count:
+      # a record on disk that ends elsewhere: keep the steps before this one
+      result.start, result.steps = result.store.rewind(self.step_count)
     result.interrupted = False
     loop = self._make_loop(n)
     result.store.begin(self._monitor_meta(), result.dt, result.start,
