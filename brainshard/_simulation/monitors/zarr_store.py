@@ -44,12 +44,13 @@ import os
 import sys
 from typing import Any
 
-import jax
 import numpy as np
 
-from brainshard._simulation.monitors.records import Result
+from brainshard._simulation.monitors.records import Result, Store
+from brainshard._simulation.monitors.tree_spec import (
+    count_leaves, flatten_tree, unflatten_tree)
 
-__all__ = ["ZarrStore", "KEY", "open_zarr", "load_records"]
+__all__ = ["ZarrStore", "KEY", "open_zarr", "open_store", "load_records"]
 
 KEY = "brainshard_records"   # the root attribute that holds the commit
 VERSION = 1
@@ -67,6 +68,17 @@ def open_zarr() -> Any:
     raise ImportError(f"recording to disk needs zarr >= 3, found "
                       f"{zarr.__version__}: pip install -U 'zarr>=3'")
   return zarr
+
+
+def open_store(store: Any, record_to: Any, kinds: dict, dt: float) -> Any:
+  """A Runner's records: in memory (``record_to`` None or ``'memory'``), in
+  raw files (``store``, a directory), or in a zarr record (``record_to``)."""
+  if record_to is not None and store is not None:
+    raise ValueError("Runner: give record_to (a zarr record) or store (raw "
+                     "files), not both")
+  if record_to is None or record_to == "memory":
+    return Store(store)
+  return ZarrStore(record_to, kinds=kinds, dt=dt)
 
 
 class ZarrStore:
@@ -178,7 +190,7 @@ class ZarrStore:
   def append(self, name: str, field: str, value: Any) -> None:
     """Appends ``value`` (an array, or a dict/list/tuple of arrays, with
     rows along the first axis) to column ``(name, field)``, uncommitted."""
-    spec, leaves = _flatten(value, f"monitor {name!r}")
+    spec, leaves = flatten_tree(value, f"monitor {name!r}")
     fields = self.info["monitors"][name]["fields"]
     if fields.setdefault(field, spec) != spec:
       raise ValueError(f"monitor {name!r}: field {field!r} changed structure "
@@ -309,12 +321,12 @@ class ZarrStore:
     if spec is None:
       return None
     leaves = []
-    for k in range(_count(spec)):
+    for k in range(count_leaves(spec)):
       key = _key(name, field, k, spec)
       rows = self.committed.get(key, 0)
       leaves.append(self._array(key)[:rows] if key in self.root
                     else np.zeros(0))
-    return _unflatten(spec, leaves)
+    return unflatten_tree(spec, leaves)
 
 
 def _describe(monitors: dict) -> str:
@@ -326,52 +338,6 @@ def _key(name: str, field: str, k: int, spec: Any) -> str:
   """The array of leaf ``k``: ``name/field``, or ``name/field_k`` for a
   dict, list or tuple of arrays."""
   return f"{name}/{field}" if spec == 0 else f"{name}/{field}_{k}"
-
-
-def _flatten(value: Any, what: str) -> tuple[Any, list[np.ndarray]]:
-  """A JSON spec of ``value``'s structure (an int per leaf, ``{"dict":
-  {...}}``, ``{"list": [...]}``, ``{"tuple": [...]}``) and its leaves."""
-  leaves: list[np.ndarray] = []
-
-  def walk(x):
-    if type(x) is dict:
-      if not all(isinstance(k, str) for k in x):
-        raise TypeError(f"{what}: a dict recorded to disk needs str keys")
-      return {"dict": {k: walk(v) for k, v in x.items()}}
-    if type(x) in (list, tuple):
-      return {type(x).__name__: [walk(v) for v in x]}
-    if x is None:
-      return None
-    if not jax.tree_util.treedef_is_leaf(jax.tree.structure(x)):
-      raise TypeError(
-          f"{what} records a {type(x).__name__}; a record on disk holds "
-          "arrays and dicts, lists or tuples of them: return a dict from "
-          "the monitor's source")
-    leaves.append(np.ascontiguousarray(x))
-    return len(leaves) - 1
-  return walk(value), leaves
-
-
-def _count(spec: Any) -> int:
-  if isinstance(spec, int):
-    return 1
-  if spec is None:
-    return 0
-  kids = next(iter(spec.values()))
-  return sum(_count(v) for v in (kids.values() if isinstance(kids, dict)
-                                 else kids))
-
-
-def _unflatten(spec: Any, leaves: list) -> Any:
-  if isinstance(spec, int):
-    return leaves[spec]
-  if spec is None:
-    return None
-  kind, kids = next(iter(spec.items()))
-  if kind == "dict":
-    return {k: _unflatten(v, leaves) for k, v in kids.items()}
-  out = [_unflatten(v, leaves) for v in kids]
-  return out if kind == "list" else tuple(out)
 
 
 def load_records(path: str | os.PathLike) -> Result:

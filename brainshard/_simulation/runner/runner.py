@@ -35,8 +35,8 @@ from brainshard._simulation.monitors.monitors import (
     RateMonitor, SpikeMonitor, StateMonitor)
 from brainshard._simulation.monitors.recorder import Recorder
 from brainshard._simulation.runner.progress import ChunkBar, StopButton
-from brainshard._simulation.monitors.records import Result, Store
-from brainshard._simulation.monitors.zarr_store import ZarrStore
+from brainshard._simulation.monitors.records import Result
+from brainshard._simulation.monitors.zarr_store import open_store
 from brainshard._simulation.runner.programs import ProgramWatch
 from brainshard._core.state.state import State
 from brainshard._core.args import fun_name
@@ -66,8 +66,8 @@ class Runner:
       :meth:`restore`) its records from that step on are dropped, and the
       run appends after the rest.
       Needs zarr (``pip install 'brainshard[record]'``).
-    store: a directory to stream records to as raw files (read back as
-      numpy memmaps, in this process only); prefer ``record_to``.
+    store: a directory for records as raw files (numpy memmaps, read by
+      this process only); prefer ``record_to``.
     checkpoint_every: save the States every that many chunks into
       ``checkpoint_dir/step_<step>`` with ``bs.save_states`` (metadata:
       step, time, dt); :meth:`restore` resumes from one.
@@ -113,9 +113,6 @@ class Runner:
     if checkpoint_every is not None:
       if checkpoint_dir is None:
         raise ValueError("checkpoint_every needs checkpoint_dir")
-    if record_to is not None and store is not None:
-      raise ValueError("Runner: give record_to (a zarr record) or store (raw "
-                       "files), not both")
     self.step = step
     self.name = fun_name(step)
     self.recorder = Recorder(step, monitors or {}, index)
@@ -139,8 +136,7 @@ class Runner:
     self.chunks_done = 0
     kinds = {n: _KINDS[type(m)] for n, m in self.recorder.monitors.items()}
     dt_ = dt if dt is not None else 1.0
-    records = (Store(store) if record_to in (None, "memory")
-               else ZarrStore(record_to, kinds=kinds, dt=dt_))
+    records = open_store(store, record_to, kinds, dt_)
     self.result = Result(kinds, {}, dt_, records)
     # A record on disk may hold steps already: run() or restore() continue it.
     self.result.start, self.result.steps = records.extent(self.step_count)
@@ -342,14 +338,11 @@ class Runner:
 
   def _monitor_meta(self) -> dict:
     """What a record on disk says of each monitor (checked on continuing)."""
-    meta = {}
-    for name, m in self.recorder.monitors.items():
-      meta[name] = {"kind": self.result.kinds[name]}
-      if name in self.result.sizes:
-        meta[name]["n"] = int(self.result.sizes[name])
-      if isinstance(m, StateMonitor):
-        meta[name]["every"] = m.every
-    return meta
+    sizes = self.result.sizes
+    return {name: {"kind": self.result.kinds[name],
+                   **({"n": int(sizes[name])} if name in sizes else {}),
+                   **({"every": m.every} if isinstance(m, StateMonitor) else {})}
+            for name, m in self.recorder.monitors.items()}
 
   def reset_records(self) -> None:
     """Forgets what was recorded; the next records start at this step."""
