@@ -45,12 +45,23 @@ SLOW_DOCTESTS = frozenset({
     "brainshard._simulation.random.samplers.standard_t",
     "brainshard._simulation.random.samplers.truncated_normal",
     "brainshard._simulation.runner.runner.Runner",
+    "brainshard._simulation.monitors.zarr_store.load_records",
     "brainshard.models",
     "brainshard.random",
 })
 
 
+# Docstring examples that write zarr (the record extra): skipped without it.
+NEEDS_ZARR = "brainshard._simulation.monitors.zarr_store"
+_NO_ZARR = pytest.mark.skip(reason="needs zarr >= 3 (brainshard[record])")
+
+
 def pytest_collection_modifyitems(config, items):
+  has_zarr = importlib.util.find_spec("zarr") is not None
   for item in items:
-    if item.name in SLOW_DOCTESTS and type(item).__name__ == "DoctestItem":
+    if type(item).__name__ != "DoctestItem":
+      continue
+    if item.name in SLOW_DOCTESTS:
       item.add_marker(pytest.mark.slow)
+    if not has_zarr and item.name.startswith(NEEDS_ZARR):
+      item.add_marker(_NO_ZARR)

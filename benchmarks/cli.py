@@ -35,6 +35,9 @@ COMMANDS = {
                          "(docs/migrating-from-brainstate.md)"),
     "runner": ("benchmarks.bench_runner", "a monitored bs.Runner against one "
                "bs.jit(bs.for_loop) (docs/runner.md)"),
+    "record": ("benchmarks.bench_record", "the microcircuit recorded to disk "
+               "with bs.Runner(record_to=...): RSS over simulated time, time "
+               "against recording in memory (docs/runner.md)"),
     "for-loop": ("benchmarks.bench_for_loop", "bs.for_loop against "
                  "jax.lax.scan (docs/simulation.md)"),
     "autodiff": ("benchmarks.bench_autodiff", "a training step and BPTT with "

@@ -32,6 +32,8 @@ from brainshard._scaleout.checkpoint.checkpoint import restore_states, save_stat
 from brainshard._simulation.runner.chunked import Chunk, ChunkedLoop
 from brainshard._simulation.monitors.monitors import RateMonitor, SpikeMonitor, StateMonitor
 from brainshard._simulation.monitors.records import RateData, Result, SpikeData, TraceData
+from brainshard._simulation.monitors.zarr_store import load_records
+from brainshard._simulation.monitors.analysis import cv_isi, firing_rates, mean_cv_isi
 from brainshard._simulation.runner.runner import Runner
 from brainshard import models  # the models layer: above everything else
 
@@ -64,6 +66,7 @@ __all__ = [
     # long runs: chunks, monitors, records
     "ChunkedLoop", "Chunk", "Runner", "SpikeMonitor", "RateMonitor",
     "StateMonitor", "Result", "SpikeData", "RateData", "TraceData",
+    "load_records", "firing_rates", "cv_isi", "mean_cv_isi",
     # networks: populations, connectivity (bs.models.*)
     "models",
 ]

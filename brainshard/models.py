@@ -14,6 +14,8 @@ Example:
   [1, 2, 15]
 """
 
+from brainshard._models.analysis import (
+    plot_populations, population_cv_isi, population_firing_rates)
 from brainshard._models.connectivity.connect import connect, synapses
 from brainshard._models.delays import delay_steps, ring_length
 from brainshard._models.delivery.counts import (
@@ -60,6 +62,8 @@ __all__ = [
     # populations
     "Population", "population_values", "population_ids", "split_spikes",
     "population_rates", "population_counts", "counts_to_rates",
+    # statistics and pictures per population
+    "population_firing_rates", "population_cv_isi", "plot_populations",
     # neuron models: NEST's, under CapWords names (``nest_name`` on each)
     "NeuronModel", "IafPscDelta", "IafPscExp", "IafPscAlpha", "Izhikevich",
     "IafCondExp", "IafCondAlpha", "AeifCondExp", "HhPscAlpha",

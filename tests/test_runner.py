@@ -363,6 +363,7 @@ def test_checkpoint_resume_with_the_real_checkpoints(tmp_path):
 @pytest.mark.slow
 def test_runner_doc_examples_run(monkeypatch, capsys):
   """The python blocks of docs/runner.md run in order, as written."""
+  pytest.importorskip("zarr", minversion="3")   # its record_to section
   import pathlib
   import re
   import sys
@@ -375,6 +376,8 @@ def test_runner_doc_examples_run(monkeypatch, capsys):
     exec(compile(block, "docs/runner.md", "exec"), namespace)
   out = capsys.readouterr().out
   assert "<Result: 2000 steps" in out and "memmap" in out
+  # record_to: read back with bs.load_records and with plain zarr; continued
+  assert "CV of ISI" in out and "0 2000 4000 True" in out and "\n3000\n" in out
   assert "10 2" in out.replace("Array(", "").replace(", dtype=int32)", "")
   import matplotlib.pyplot as plt
   plt.close("all")

@@ -6,10 +6,11 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["raster", "rate", "traces", "overview"]
+__all__ = ["raster", "rate", "traces", "overview", "pyplot"]
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+  """matplotlib.pyplot, or an ImportError saying how to install it."""
   try:
     import matplotlib.pyplot as plt
   except ImportError:
@@ -20,7 +21,7 @@ def _pyplot() -> Any:
 
 def _axes(ax: Any) -> Any:
   if ax is None:
-    _, ax = _pyplot().subplots(figsize=(8, 3))
+    _, ax = pyplot().subplots(figsize=(8, 3))
   return ax
 
 
@@ -61,7 +62,7 @@ def overview(result: Any, title: str | None = None) -> Any:
   panels = [k for k in ("spikes", "rate", "trace") if k in kinds]
   if "spikes" in kinds and "rate" not in kinds:
     panels.insert(1, "rate")
-  plt = _pyplot()
+  plt = pyplot()
   heights = {"spikes": 3, "rate": 1.2, "trace": 1.5}
   fig, axes = plt.subplots(
       len(panels), 1, sharex=True, squeeze=False,

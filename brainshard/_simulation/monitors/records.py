@@ -3,7 +3,8 @@
 Each chunk's records are appended per monitor and field, in memory (NumPy
 arrays, concatenated when read) or, with a ``store`` directory, to raw files
 on disk that are read back as ``numpy.memmap`` (host memory then holds one
-chunk at a time). :class:`Result` gives them by monitor name as
+chunk at a time); ``zarr_store.py`` keeps them in a zarr group instead
+(``record_to``). :class:`Result` gives them by monitor name as
 :class:`SpikeData`, :class:`RateData` or :class:`TraceData`, and draws them
 (``plot_raster``, ``plot_rate``, ``plot_traces``; needs matplotlib).
 """
@@ -71,6 +72,27 @@ class Store:
     value = self._cache[key] = jax.tree.unflatten(treedef, leaves)
     return value
 
+  def rows(self, name: str, field: str) -> int:
+    """Rows of a column (of its first leaf), without reading it."""
+    meta = self._meta.get((name, field))
+    return 0 if meta is None else int(meta[1][0]) if meta[1] else 0
+
+  # Kept in this process only: nothing to check, make or commit on disk.
+  def begin(self, monitors: dict, dt: float, start: int, end: int) -> None:
+    pass
+
+  def commit(self, steps: int, start: int | None = None) -> None:
+    pass
+
+  def extent(self, step: int) -> tuple[int, int]:
+    """``(start, steps)`` of the records a runner at ``step`` starts with."""
+    return step, 0
+
+  def rewind(self, step: int) -> tuple[int, int]:
+    """Records start afresh at ``step``: returns ``(start, steps)``."""
+    self.clear()
+    return step, 0
+
   def mark(self) -> dict:
     """Where each column ends now, for :meth:`truncate`."""
     return {key: (meta, len(self._cols.get(key, ())))
@@ -95,7 +117,7 @@ class Store:
         self._meta[key] = meta
     self._cache.clear()
 
-  def clear(self) -> None:
+  def clear(self, start: int = 0) -> None:
     if self.path is not None:
       for key, (_, rows, _) in self._meta.items():
         for k in range(len(rows)):
@@ -175,12 +197,13 @@ class Result:
             f"{', interrupted' if self.interrupted else ''}; {parts}>")
 
   def _describe(self, name: str) -> str:
-    data = self[name]
-    if isinstance(data, SpikeData):
-      return f"{len(data)} spikes"
-    if isinstance(data, RateData):
-      return f"rate over {len(data.counts)} steps"
-    return f"{len(data.steps)} records"
+    # Row counts only: a record on disk is not read to be described.
+    kind, rows = self.kinds[name], self.store.rows
+    if kind == "spikes":
+      return f"{rows(name, 'steps')} spikes"
+    if kind == "rate":
+      return f"rate over {rows(name, 'counts')} steps"
+    return f"{rows(name, 'steps')} records"
 
   def keys(self) -> list[str]:
     return list(self.kinds)

@@ -4,7 +4,8 @@
 compiled chunks (:class:`~brainshard.ChunkedLoop`), records the monitors on
 the device, copies each chunk's records to the host while the next chunk
 runs, shows one progress bar, stops cleanly at a chunk boundary on Ctrl-C,
-and can checkpoint every few chunks.
+and can checkpoint every few chunks. With ``record_to`` the records go to a
+zarr group on disk chunk by chunk (``zarr_store.py``), not into memory.
 
 Why no State buffer is donated into a chunk: the runner keeps the values of
 the States from before each chunk still in flight. If anything goes wrong
@@ -34,7 +35,8 @@ from brainshard._simulation.monitors.monitors import (
     RateMonitor, SpikeMonitor, StateMonitor)
 from brainshard._simulation.monitors.recorder import Recorder
 from brainshard._simulation.runner.progress import ChunkBar, StopButton
-from brainshard._simulation.monitors.records import Result, Store
+from brainshard._simulation.monitors.records import Result
+from brainshard._simulation.monitors.zarr_store import open_store
 from brainshard._simulation.runner.programs import ProgramWatch
 from brainshard._core.state.state import State
 from brainshard._core.args import fun_name
@@ -56,8 +58,16 @@ class Runner:
       about ``chunk_seconds`` (timed on one step) and holds at most
       ``max_chunk_bytes`` of records on the device.
     progress: show a progress bar (True, False, or a description).
-    store: a directory to stream records to (read back as numpy memmaps);
-      None keeps them in host memory.
+    record_to: where the records go: None (host memory), or a path: a
+      zarr v3 group (e.g. ``'run.zarr'``) each chunk's records are appended
+      to and committed, readable while the run goes on and after a kill
+      (``bs.load_records``); host memory stays flat. A path that holds a
+      record of the same monitors is continued: at the first ``run`` (or
+      :meth:`restore`) its records from that step on are dropped, and the
+      run appends after the rest.
+      Needs zarr (``pip install 'brainshard[record]'``).
+    store: a directory for records as raw files (numpy memmaps, read by
+      this process only); prefer ``record_to``.
     checkpoint_every: save the States every that many chunks into
       ``checkpoint_dir/step_<step>`` with ``bs.save_states`` (metadata:
       step, time, dt); :meth:`restore` resumes from one.
@@ -92,6 +102,7 @@ class Runner:
                chunk_seconds: float = 0.5, max_chunk_bytes: int = 256 << 20,
                index: bool = False, progress: bool | str = True,
                store: str | os.PathLike | None = None,
+               record_to: str | os.PathLike | None = None,
                checkpoint_every: int | None = None,
                checkpoint_dir: str | os.PathLike | None = None,
                checkpoint_states: Mapping[str, State] | None = None,
@@ -124,8 +135,11 @@ class Runner:
     self._loop: ChunkedLoop | None = None
     self.chunks_done = 0
     kinds = {n: _KINDS[type(m)] for n, m in self.recorder.monitors.items()}
-    self.result = Result(kinds, {}, dt if dt is not None else 1.0, Store(store))
-    self.result.start = self.step_count
+    dt_ = dt if dt is not None else 1.0
+    records = open_store(store, record_to, kinds, dt_)
+    self.result = Result(kinds, {}, dt_, records)
+    # A record on disk may hold steps already: run() or restore() continue it.
+    self.result.start, self.result.steps = records.extent(self.step_count)
     self._programs = ProgramWatch(self.name)  # what each chunk compiled for
 
   def __repr__(self) -> str:
@@ -214,8 +228,13 @@ class Runner:
     result = self.result
     if result.steps == 0:
       result.start = self.step_count
+    elif result.start + result.steps != self.step_count:
+      # a record on disk that ends elsewhere: keep the steps before this one
+      result.start, result.steps = result.store.rewind(self.step_count)
     result.interrupted = False
     loop = self._make_loop(n)
+    result.store.begin(self._monitor_meta(), result.dt, result.start,
+                       self.target)
     self._programs.prepare(loop, n, self.step_count)  # places; warns if stale
     stop = StopButton()
     bar = self._bar(n)
@@ -306,17 +325,28 @@ class Runner:
         restore(writes, kept)
 
   def _record(self, chunk: Any, data: dict, writes: tuple[State, ...]) -> None:
-    """Keeps one chunk's records and counts its steps."""
+    """Keeps one chunk's records (all appended, then committed at once) and
+    counts its steps."""
+    store = self.result.store
     for name, fields in data.items():
       for field, value in fields.items():
-        self.result.store.append(name, field, value)
+        store.append(name, field, value)
+    store.commit(self.result.steps + chunk.length, self.result.start)
     self.step_count = chunk.start + chunk.length
     self.result.steps += chunk.length
     self.chunks_done += 1
 
+  def _monitor_meta(self) -> dict:
+    """What a record on disk says of each monitor (checked on continuing)."""
+    sizes = self.result.sizes
+    return {name: {"kind": self.result.kinds[name],
+                   **({"n": int(sizes[name])} if name in sizes else {}),
+                   **({"every": m.every} if isinstance(m, StateMonitor) else {})}
+            for name, m in self.recorder.monitors.items()}
+
   def reset_records(self) -> None:
     """Forgets what was recorded; the next records start at this step."""
-    self.result.store.clear()
+    self.result.store.clear(self.step_count)
     self.result.start = self.step_count
     self.result.steps = 0
     self.result.interrupted = False
@@ -354,7 +384,8 @@ class Runner:
     """Restores the States from a checkpoint (default: the newest one in
     ``checkpoint_dir``) and continues counting steps from it; says on
     stderr where the run continues. Returns the checkpoint's metadata. The
-    records start afresh from that step (their steps and times go on)."""
+    records start afresh from that step (their steps and times go on); a
+    record on disk (``record_to``) keeps those of the steps before it."""
     if path is None:
       if self.checkpoint_dir is None or not os.path.isdir(self.checkpoint_dir):
         raise FileNotFoundError("Runner.restore: no checkpoint_dir to look in")
@@ -367,7 +398,9 @@ class Runner:
     meta = checkpoint.restore_states(os.fspath(path), self._named_states())
     self.step_count = int(meta["step"])
     self.target = None
-    self.reset_records()
+    res = self.result
+    res.start, res.steps = res.store.rewind(self.step_count)
+    res.interrupted = False
     t = "" if self.dt is None else f" (t = {self.time:g} ms)"
     print(f"bs.Runner: restored {os.fspath(path)}; the run continues at step "
           f"{self.step_count}{t}.", file=sys.stderr)
