@@ -672,3 +672,22 @@ def test_a_run_that_must_compile_again_warns_naming_the_state():
     with compile_log() as names:
       runner.run(32)
   assert "jit(chunk16_local)" in names
+
+
+def test_a_duration_between_steps_and_a_bad_dt_are_errors():
+  # 1000 ms at 1.5 ms a call would have run 1000.5 ms without a word
+  v = bs.State(jnp.zeros(2), name='v_dur')
+
+  def step():
+    v.value = v.value + 1.0
+    return v.value > 2
+
+  runner = bs.Runner(step, {'s': bs.SpikeMonitor()}, dt=1.5, progress=False)
+  with pytest.raises(ValueError, match=r"duration=1000.0\): not a whole "
+                     r"number of steps of dt = 1.5 ms"):
+    runner.run(duration=1000.0)
+  runner.run(duration=3.0)
+  assert runner.step_count == 2 and float(v.value[0]) == 2.0
+  for dt in (0, -0.1, float('nan')):
+    with pytest.raises(ValueError, match="dt must be a positive number"):
+      bs.Runner(step, dt=dt)

@@ -19,6 +19,7 @@ copied).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -116,7 +117,12 @@ class Runner:
     self.step = step
     self.name = fun_name(step)
     self.recorder = Recorder(step, monitors or {}, index)
-    self.dt = dt
+    if dt is not None and (isinstance(dt, (bool, np.bool_)) or not isinstance(
+        dt, (int, float, np.integer, np.floating)) or not (
+            math.isfinite(dt) and dt > 0)):
+      raise ValueError(f"Runner: dt must be a positive number of ms (the "
+                       f"time per call of step), got {dt!r}.")
+    self.dt = None if dt is None else float(dt)
     self.chunk = chunk
     self.chunk_seconds = chunk_seconds
     self.max_chunk_bytes = max_chunk_bytes
@@ -159,7 +165,19 @@ class Runner:
     if duration is not None:
       if self.dt is None:
         raise ValueError("Runner.run(duration=...) needs the Runner's dt")
-      steps = int(round(duration / self.dt))
+      if isinstance(duration, (bool, np.bool_)) or not isinstance(
+          duration, (int, float, np.integer, np.floating)) or not (
+              math.isfinite(duration) and duration >= 0):
+        raise ValueError(f"Runner.run: duration must be a non-negative "
+                         f"number of ms, got {duration!r}.")
+      exact = duration / self.dt
+      steps = round(exact)
+      # a duration between steps would run a different time without a word
+      if abs(exact - steps) > 1e-9 * max(1.0, exact):
+        raise ValueError(
+            f"Runner.run(duration={duration}): not a whole number of steps "
+            f"of dt = {self.dt} ms ({exact:.4f} steps); run "
+            f"{steps * self.dt:g} ms, or give steps=.")
     if int(steps) != steps or steps < 0:
       raise ValueError(
           f"Runner.run: steps must be a non-negative int, got {steps!r}")
