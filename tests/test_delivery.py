@@ -359,3 +359,28 @@ def test_cuba_delay_is_delivery_delay_with_input_before_integration(delay):
   got = np.asarray(bs.jit(lambda: bs.for_loop(step, length=steps))())
   assert want.sum() > 100
   np.testing.assert_array_equal(got, want)
+
+
+def test_a_runner_takes_the_delivery_steps_time_and_refuses_another():
+  # The index knows its dt; exchanging every 3 steps, a call is 0.3 ms.
+  mesh = jax.make_mesh((1,), ('x',))
+  idx = index_from_arrays([0], [1], [1.0], [3], n=2, dt=0.1)
+  net = Delivery(idx, mesh, every=3)
+  step = net.step(lambda inputs: jnp.zeros(2, bool))
+  assert step.time_per_call == pytest.approx(0.3)
+  assert bs.Runner(step, progress=False).dt == pytest.approx(0.3)
+  with pytest.raises(ValueError, match=r"dt = 0.1 ms, but one call of .* "
+                     "advances 0.3 ms"):
+    bs.Runner(step, dt=0.1)
+
+
+def test_receptors_the_neurons_do_not_read_are_an_error():
+  # JAX clamps inputs[1] of a one-row input to row 0: say it instead
+  mesh = jax.make_mesh((1,), ('x',))
+  idx = index_from_arrays([0, 0], [1, 1], [1.0, -1.0], [1, 1],
+                          receptor=[0, 1], n=2)
+  with pytest.raises(ValueError, match=r"receptors = 1, but the index has "
+                     r"synapses on receptors 0 \.\. 1"):
+    Delivery(idx, mesh, receptors=1)
+  net = Delivery(idx, mesh, receptors=3)  # a third row the model reads
+  assert net.buffer.value.shape[0] == 3

@@ -514,3 +514,9 @@ def test_block_keys_carry_the_counter_into_the_high_word():
     h, l = rb._mul_add(jnp.uint32(1), jnp.uint32(2 ** 32 - 1), jnp.asarray(x), c)
     want = [((1 << 32) + 2 ** 32 - 1 + int(v) * c) % 2 ** 64 for v in x]
     assert [(int(a) << 32) | int(b) for a, b in zip(h, l)] == want
+
+
+def test_a_seed_past_64_bits_is_a_clear_error():
+  with pytest.raises(ValueError, match=r"a seed must be a 64-bit int"):
+    bs.RandomState(2**63)
+  bs.RandomState(2**63 - 1)

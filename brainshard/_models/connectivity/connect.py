@@ -200,7 +200,7 @@ def connect(projections: Sequence[Projection], layout: Layout, *, dt: float,
       n_local=n_local, n_shards=S, capacity=capacity,
       min_delay=int(dmin[used].min()) if used.any() else 1,
       max_delay=max_delay, n_receptors=n_receptors,
-      max_degree=int(degree_h.max()))
+      max_degree=int(degree_h.max()), dt=dt)
 
 
 def _fill(specs, dtypes, mesh, axis, capacity, dt, kw, arrays, indptr, args):

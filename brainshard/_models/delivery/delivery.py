@@ -73,6 +73,10 @@ class Delivery:
     sizes: fired-neuron search sizes (see ``events.py``).
     name: prefix of the States' names.
     dtype: the ring buffer's float dtype (float64 needs ``jax_enable_x64``).
+    receptors: how many receptors the neurons read (``inputs`` rows);
+      default: the index's. An index with synapses on a receptor the
+      neurons do not read is an error (JAX would clamp ``inputs[r]`` to the
+      last row without a word).
 
   States: ``index`` (ParamState), ``buffer`` ``[R, L, n]``, ``current``
   ``[every, R, n]`` (the input of the next ``every`` steps) and ``t`` (the
@@ -81,7 +85,8 @@ class Delivery:
 
   def __init__(self, index: SynapseIndex, mesh: Any, *, axis: str = "x",
                every: int | None = None, sizes: Sequence[int] = EVENT_SIZES,
-               name: str = "delivery", dtype: Any = jnp.float32):
+               name: str = "delivery", dtype: Any = jnp.float32,
+               receptors: int | None = None):
     if axis not in mesh.shape:
       raise ValueError(f"Delivery: the mesh has axes {tuple(mesh.shape)}, "
                        f"not {axis!r}.")
@@ -96,19 +101,29 @@ class Delivery:
           f"{index.n_local} x {shards} = {index.n_local * shards} targets; a "
           "network's sources and targets are the same padded axis.")
     every = index.min_delay if every is None else every
-    if not isinstance(every, int) or not 1 <= every <= index.min_delay:
+    if isinstance(every, (bool, np.bool_)) or not isinstance(
+        every, (int, np.integer)) or not 1 <= every <= index.min_delay:
       raise ValueError(
           f"Delivery: every = {every!r} steps per exchange must be an int in "
           f"[1, min_delay = {index.min_delay}]: a spike must not be needed "
           "before the exchange that carries it.")
+    r = index.n_receptors if receptors is None else receptors
+    if isinstance(r, (bool, np.bool_)) or not isinstance(
+        r, (int, np.integer)) or r < index.n_receptors:
+      raise ValueError(
+          f"Delivery: receptors = {receptors!r}, but the index has synapses "
+          f"on receptors 0 .. {index.n_receptors - 1}; the neurons must read "
+          f"all {index.n_receptors}.")
+    every = int(every)
     self.mesh, self.axis, self.every, self.sizes = mesh, axis, every, sizes
+    # The time one call advances: a Runner of this step takes it as its dt.
+    self.time_per_call = None if index.dt is None else index.dt * every
     # Long rows by windows on CPU; elsewhere a loop iteration costs kernel
     # launches, so 16 neurons an iteration as before (not measured on GPU).
     cpu = mesh.devices.flat[0].platform == "cpu"
     self.width = 1024 if cpu else None
     self.n, self.n_local = index.n_pre, index.n_local
     self.length = ring_length(index.max_delay, every)
-    r = index.n_receptors
     put = lambda x, spec: jax.device_put(x, NamedSharding(mesh, spec))  # noqa: E731
     self.index = ParamState(jax.tree.map(lambda a: put(a, P(axis)), index),
                             name=f"{name}.index", spec=P(axis))
@@ -138,8 +153,11 @@ class Delivery:
     n]``; :attr:`t` is the index of the step being updated.
     """
     out = P(self.axis) if self.every == 1 else P(None, self.axis)
-    return shard_map(lambda: self._block(update), mesh=self.mesh,
+    step = shard_map(lambda: self._block(update), mesh=self.mesh,
                      in_specs=(), out_specs=out)
+    # what bs.Runner checks its dt against (the recorded times follow it)
+    step.time_per_call = self.time_per_call
+    return step
 
   def _block(self, update: Callable) -> jax.Array:
     m, t0 = self.every, self.t.value

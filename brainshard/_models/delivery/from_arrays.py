@@ -30,12 +30,14 @@ __all__ = ["index_from_arrays"]
 def index_from_arrays(pre: Any, post: Any, weight: Any, delay: Any,
                       receptor: Any = None, *, n: int, n_shards: int = 1,
                       n_receptors: int | None = None, mesh: Any = None,
-                      axis: str = "x") -> SynapseIndex:
+                      axis: str = "x", dt: float | None = None
+                      ) -> SynapseIndex:
   """The per-shard CSR of synapses ``pre[k] -> post[k]`` (global ids in
   ``[0, n)``, ``n`` = the padded axis, a multiple of ``n_shards``) with
   ``weight[k]``, ``delay[k]`` (steps, >= 1) and ``receptor[k]`` (default
-  0). With ``mesh`` the arrays are placed ``P(axis)`` on it. Field dtypes
-  as ``connect``'s (``index.field_dtypes``)."""
+  0). With ``mesh`` the arrays are placed ``P(axis)`` on it; ``dt`` (ms)
+  is the step the delays count (optional). Field dtypes as ``connect``'s
+  (``index.field_dtypes``)."""
   pre, post = (np.asarray(a, np.int64).ravel() for a in (pre, post))
   weight = np.asarray(weight, np.float32).ravel()
   delay = np.asarray(delay, np.int64).ravel()
@@ -78,7 +80,7 @@ def index_from_arrays(pre: Any, post: Any, weight: Any, delay: Any,
       n_shards=n_shards, capacity=cap,
       min_delay=int(delay.min()) if delay.size else 1,
       max_delay=int(delay.max(initial=1)),
-      n_receptors=n_rec, max_degree=max_degree)
+      n_receptors=n_rec, max_degree=max_degree, dt=dt)
 
 
 def _check(pre, post, weight, delay, receptor, n, n_shards) -> None:

@@ -87,7 +87,8 @@ class SynapseIndex:
   Static (not arrays): ``n_pre`` (presynaptic ids, the padded global axis),
   ``n_local``, ``n_shards``, ``capacity``, ``min_delay``, ``max_delay``
   (steps), ``n_receptors``, ``max_degree`` (most synapses one presynaptic
-  neuron has on one shard; the delivery kernels' lane count).
+  neuron has on one shard; the delivery kernels' lane count), ``dt`` (the
+  step in ms the delays were counted in; None where not known).
   """
 
   indptr: jax.Array
@@ -104,6 +105,7 @@ class SynapseIndex:
   max_delay: int = field(metadata=dict(static=True), default=1)
   n_receptors: int = field(metadata=dict(static=True), default=1)
   max_degree: int = field(metadata=dict(static=True), default=0)
+  dt: float | None = field(metadata=dict(static=True), default=None)
 
   @property
   def nbytes(self) -> int:

@@ -113,6 +113,8 @@ class Network:
     if isinstance(seed, (bool, np.bool_)) or not isinstance(
         seed, (int, np.integer)):
       raise TypeError(f"Network: seed must be an int, got {seed!r}.")
+    if not 0 <= seed < 2**63:
+      raise ValueError(f"Network: seed must be in [0, 2**63), got {seed}.")
     self.seed = int(seed)
     self.dtype = jnp.dtype(dtype)
     if self.dtype == jnp.float64 and not jax.config.jax_enable_x64:

@@ -41,6 +41,10 @@ def as_key(seed_or_key: Any, owner: str) -> jax.Array:
     if x.shape:
       raise ValueError(f"{owner}: expected one PRNG key, got keys of shape {x.shape}.")
     return x
+  if isinstance(x, (int, np.integer)) and not -2**63 <= x < 2**63:
+    # jax.random.key takes 64 bits; past them a raw OverflowError said less
+    raise ValueError(f"{owner}: a seed must be a 64-bit int ([-2**63, 2**63)), "
+                     f"got {x}.")
   if isinstance(x, (int, np.integer)) or (
       hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.integer)
       and np.shape(x) == ()):

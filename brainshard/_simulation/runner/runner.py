@@ -122,6 +122,17 @@ class Runner:
             math.isfinite(dt) and dt > 0)):
       raise ValueError(f"Runner: dt must be a positive number of ms (the "
                        f"time per call of step), got {dt!r}.")
+    # A step that knows the time one call advances (a bm.Delivery step,
+    # exchanging spikes every k steps of dt) sets the Runner's dt: another
+    # would make every recorded time wrong.
+    declared = getattr(step, "time_per_call", None)
+    if declared is not None and dt is not None and not math.isclose(
+        dt, declared, rel_tol=1e-9):
+      raise ValueError(
+          f"Runner: dt = {dt} ms, but one call of {fun_name(step)} advances "
+          f"{declared:g} ms (its steps of the index's dt, times the steps "
+          "per spike exchange); pass that dt, or leave dt out.")
+    dt = declared if dt is None else dt
     self.dt = None if dt is None else float(dt)
     self.chunk = chunk
     self.chunk_seconds = chunk_seconds
