@@ -65,8 +65,8 @@ CASES = {
         AeifCondExp, {"I_e": 900.0, "Delta_T": 0.0, "t_ref": 2.0}, 6.0,
         -20.0, {"V_m": "V_m", "w": "w"}),
     "hh_psc_alpha": (HhPscAlpha, {"I_e": 400.0}, 150.0, -150.0,
-                     {"V_m": "V_m", "Act_m": "Act_m", "I_syn_ex": "I_ex",
-                      "I_syn_in": "I_in"}),
+                     {"V_m": "V_m", "Act_m": "Act_m", "I_syn_ex": "I_syn_ex",
+                      "I_syn_in": "I_syn_in"}),
 }
 # Allowed: |dV_m| in mV, and other traces' differences over their peak.
 # float64 follows GSL to rounding; float32's largest V_m differences sit on

@@ -2,11 +2,11 @@
 ``hh_psc_alpha``.
 
 ``C_m dV/dt = -g_Na m^3 h (V - E_Na) - g_K n^4 (V - E_K) - g_L (V - E_L)
-+ I_ex + I_in + I_e + I_stim`` with the classic rate functions of ``m``
++ I_syn_ex + I_syn_in + I_e + I_stim`` with the classic rate functions of ``m``
 (``Act_m``), ``h`` (``Inact_h``) and ``n`` (``Act_n``), as NEST writes them
 for ``V`` in mV. A spike of weight ``w`` pA adds ``w e / tau_syn_ex`` to
-``dI_ex`` (``w > 0``) or ``w e / tau_syn_in`` to ``dI_in`` (``w < 0``,
-``sign_routed``; ``I_in`` is negative), so each current peaks at ``w``.
+``dI_syn_ex`` (``w > 0``) or ``w e / tau_syn_in`` to ``dI_syn_in`` (``w < 0``,
+``sign_routed``; ``I_syn_in`` is negative), so each current peaks at ``w``.
 
 One step, as NEST's ``update()``: GSL's RKF45 over the step (absolute
 error 1e-3, relative 0), then this step's spike input, then the spike
@@ -14,8 +14,8 @@ test: not refractory, ``V_m >= 0`` mV and ``V_m`` below where the step
 began (the peak has passed). A spike starts ``t_ref`` of
 pseudo-refractoriness that only blocks the next spike; ``V_m`` is never
 reset. NEST starts every neuron at ``V_m = -65`` mV (not ``E_L``) with
-the gates at their equilibrium there. NEST's recordables ``I_syn_ex`` and
-``I_syn_in`` are the state's ``I_ex`` and ``I_in``.
+the gates at their equilibrium there. The currents carry NEST's
+recordables' names, ``I_syn_ex`` and ``I_syn_in``.
 
 Example:
   >>> import jax, jax.numpy as jnp
@@ -71,11 +71,12 @@ class HhPscAlpha(OdeNeuron):
       "t_ref": 2.0, "g_Na": 12000.0, "g_K": 3600.0, "g_L": 30.0,
       "C_m": 100.0, "E_Na": 50.0, "E_K": -77.0, "E_L": -54.402,
       "tau_syn_ex": 0.2, "tau_syn_in": 2.0, "I_e": 0.0}
-  initial = {"V_m": -65.0, **_resting_gates(), "dI_ex": 0.0, "I_ex": 0.0,
-             "dI_in": 0.0, "I_in": 0.0, **OdeNeuron.carried}
+  initial = {"V_m": -65.0, **_resting_gates(), "dI_syn_ex": 0.0,
+             "I_syn_ex": 0.0, "dI_syn_in": 0.0, "I_syn_in": 0.0,
+             **OdeNeuron.carried}
   receptors = ("ex", "in")
   sign_routed = True
-  recordables = ("V_m", "Act_m", "Inact_h", "Act_n", "I_ex", "I_in")
+  recordables = ("V_m", "Act_m", "Inact_h", "Act_n", "I_syn_ex", "I_syn_in")
   checks = (
       (lambda p: p["C_m"] > 0, "Capacitance must be strictly positive."),
       (lambda p: p["t_ref"] >= 0, "Refractory time cannot be negative."),
@@ -111,15 +112,16 @@ class HhPscAlpha(OdeNeuron):
               -di_ex / c["tau_syn_ex"], di_ex - i_ex / c["tau_syn_ex"],
               -di_in / c["tau_syn_in"], di_in - i_in / c["tau_syn_in"])
 
-    names = ("V_m", "Act_m", "Inact_h", "Act_n", "dI_ex", "I_ex", "dI_in",
-             "I_in")
+    names = ("V_m", "Act_m", "Inact_h", "Act_n", "dI_syn_ex", "I_syn_ex",
+             "dI_syn_in", "I_syn_in")
     u_old = state["V_m"]
     h = self.first_step(state["IntegrationStep"], c["dt"])
     y, h, _ = rkf45(f, tuple(state[k] for k in names), h, c["dt"],
                     eps_abs=1e-3, eps_rel=0.0)
     out = dict(zip(names, y))
-    out["dI_ex"] = out["dI_ex"] + inputs[0] * c["ex_init"]
-    out["dI_in"] = out["dI_in"] + inputs[1] * c["in_init"]  # NEST keeps w < 0
+    out["dI_syn_ex"] = out["dI_syn_ex"] + inputs[0] * c["ex_init"]
+    # NEST keeps w < 0
+    out["dI_syn_in"] = out["dI_syn_in"] + inputs[1] * c["in_init"]
     # spike: the threshold reached and the peak passed, not refractory
     refr = state["r"] > 0
     v = out["V_m"]
