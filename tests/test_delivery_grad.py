@@ -53,69 +53,72 @@ def slots(syn, n, shards):
 
 
 class Net:
-  """A recurrent LIF network on TrainableDelivery; ``loss()`` runs it."""
+  """A recurrent LIF network on TrainableDelivery; ``loss(x)`` runs it on
+  the drive ``x [T, (B,) N]`` and reads out the integrated voltage."""
 
   def __init__(self, syn, shards, *, surrogate=bm.FastSigmoid(), every=1,
-               graded=False, dtype=jnp.float32, spike=None, chunk=None):
+               batch=None, graded=False, dtype=jnp.float32, spike=None,
+               chunk=None):
     mesh = jax.make_mesh((shards,), ("x",))
     idx = bm.index_from_arrays(**syn, n=N, n_shards=shards, n_receptors=R,
                                mesh=mesh)
-    self.mesh, self.every, self.chunk = mesh, every, chunk
-    self.net = bm.TrainableDelivery(idx, mesh, every=every, graded=graded,
-                                    dtype=dtype)
-    put = lambda: jax.device_put(jnp.zeros(N, dtype),  # noqa: E731
-                                 NamedSharding(mesh, P("x")))
-    self.v, self.s, self.acc = (bs.ShortTermState(put(), spec=P("x"))
+    self.mesh, self.dtype = mesh, dtype
+    self.net = bm.TrainableDelivery(idx, mesh, every=every, batch=batch,
+                                    graded=graded, dtype=dtype)
+    lead = () if batch is None else (batch,)
+    nspec = P(*(None,) * len(lead), "x")
+    put = lambda: jax.device_put(jnp.zeros(lead + (N,), dtype),  # noqa: E731
+                                 NamedSharding(mesh, nspec))
+    self.v, self.s, self.acc = (bs.ShortTermState(put(), spec=nspec)
                                 for _ in range(3))
     spike = spike or (lambda x: bm.spike(x, surrogate))
     rd = jax.device_put(np.linspace(-1, 1, N).astype(dtype),
                         NamedSharding(mesh, P()))
 
-    def update(inputs, x):
-      v = ALPHA * self.v.value * (1 - self.s.value) + inputs.sum(0) + x
+    def update(inputs, x):  # inputs [(B,) R, n_local]
+      v = ALPHA * self.v.value * (1 - self.s.value) + inputs.sum(-2) + x
       self.v.value, self.s.value = v, spike(v - 1.0)
       self.acc.value = self.acc.value + v
       return self.s.value
 
-    spec = P("x") if every == 1 else P(None, "x")
-    step = self.net.step(update, in_specs=spec)
-
-    def run(x):  # x [T, N] -> per call [every, N] when every > 1
-      x = x if every == 1 else x.reshape(-1, every, N)
-      if chunk is None:
-        bs.for_loop(step, x)
-      else:  # bs.remat over chunks of `chunk` calls: memory O(T / chunk)
-        body = bs.remat(lambda xc: bs.for_loop(step, xc))
-        bs.for_loop(body, x.reshape(-1, chunk, *x.shape[1:]))
+    step = self.net.step(update, in_specs=nspec if every == 1
+                         else P(None, *nspec))
 
     def loss(x):
       for st in (self.v, self.s, self.acc):
         st.value = jnp.zeros_like(st.value)
       self.net.reset()
-      run(x)
+      if every > 1:  # [T, ...] -> [T / every, every, ...]: one call each
+        x = x.reshape(-1, every, *x.shape[1:])
+      if chunk is None:
+        bs.for_loop(step, x)
+      else:  # bs.remat over chunks of `chunk` calls: memory O(T / chunk)
+        body = bs.remat(lambda xc: bs.for_loop(step, xc))
+        bs.for_loop(body, x.reshape(-1, chunk, *x.shape[1:]))
       # A fixed order: replicate, then reduce (no psum of partial sums).
       acc = jax.sharding.reshard(self.acc.value, NamedSharding(mesh, P()))
-      return jnp.dot(acc, rd) / T
+      return (acc @ rd).sum() / T
 
     self.loss = loss
     self.grad = bs.jit(bs.value_and_grad(loss, grad_states=self.net.weight))
 
   def weight_grad(self, x, syn):
     """(loss, the weights' gradient in the synapse list's order)."""
-    value, g = self.grad(jnp.asarray(x, self.net.weight.value.dtype))
+    value, g = self.grad(jnp.asarray(x, self.dtype))
     return value, np.asarray(g)[slots(syn, N, self.mesh.size)]
 
 
 def dense_reference(syn, x, *, surrogate=bm.FastSigmoid(), spike=None,
                     dtype=jnp.float32):
-  """(loss, d loss / d weight per listed synapse) in pure dense JAX."""
+  """(loss, d loss / d weight per listed synapse) in pure dense JAX; ``x
+  [T, N]`` or ``[T, B, N]`` (the batch's losses summed)."""
   dmax = int(syn["delay"].max())
   spike = spike or (lambda x: bm.spike(x, surrogate))
   rd = jnp.asarray(np.linspace(-1, 1, N), dtype)
   pre, post, d, r = (jnp.asarray(syn[k]) for k in
                      ("pre", "post", "delay", "receptor"))
 
-  def loss(w):
+  def one(w, x):
     W = jnp.zeros((dmax + 1, R, N, N), dtype).at[d, r, pre, post].add(w)
 
     def step(carry, xt):
@@ -128,12 +131,22 @@ def dense_reference(syn, x, *, surrogate=bm.FastSigmoid(), spike=None,
 
     z = jnp.zeros(N, dtype)
     (_, _, acc, _), _ = jax.lax.scan(
-        step, (z, z, z, jnp.zeros((dmax, N), dtype)), jnp.asarray(x, dtype))
+        step, (z, z, z, jnp.zeros((dmax, N), dtype)), x)
     return jnp.dot(acc, rd) / T
 
-  value, g = jax.jit(jax.value_and_grad(loss))(jnp.asarray(syn["weight"],
-                                                           dtype))
+  def loss(w):
+    x_ = jnp.asarray(x, dtype)
+    if x_.ndim == 2:
+      return one(w, x_)
+    return jax.vmap(one, (None, 1))(w, x_).sum()
+
+  w = jnp.asarray(syn["weight"], np.float32).astype(dtype)
+  value, g = jax.jit(jax.value_and_grad(loss))(w)
   return value, np.asarray(g)
+
+
+def assert_close(g, ref, rel=2e-5):
+  np.testing.assert_allclose(g, ref, atol=rel * np.abs(ref).max())
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +155,7 @@ def case():
 
 
 @pytest.fixture(scope="module")
-def grads(case):
+def grads(case):  # compiles two networks and the reference: ~10 s
   """(loss, weight gradient) on 1 and 8 devices and the dense reference."""
   syn, x = case
   out = {s: Net(syn, s).weight_grad(x, syn) for s in (1, 8)}
@@ -150,18 +163,95 @@ def grads(case):
   return out
 
 
+@pytest.mark.slow
 def test_the_network_spikes_and_the_gradient_is_not_trivial(grads):
   _, g = grads["dense"]
   assert (g != 0).mean() > 0.5 and np.isfinite(g).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shards", [1, 8])
 def test_gradients_equal_the_dense_reference(grads, shards):
   (value, g), (ref_value, ref) = grads[shards], grads["dense"]
   np.testing.assert_allclose(value, ref_value, rtol=1e-5)
-  np.testing.assert_allclose(g, ref, atol=2e-5 * np.abs(ref).max())
+  assert_close(g, ref)
 
 
+@pytest.mark.slow
 def test_gradients_are_the_same_bits_on_1_and_8_devices(grads):
   assert float(grads[1][0]) == float(grads[8][0])
   np.testing.assert_array_equal(grads[1][1], grads[8][1])
+
+
+@pytest.mark.slow
+def test_finite_differences_of_a_smooth_network_in_float64():
+  """Sigmoid spikes (smooth forward, graded delivery): bs.grad is the true
+  derivative, checked along random directions by central differences."""
+  syn, x = synapses(), drive()
+  smooth = lambda v: jax.nn.sigmoid(4.0 * v)  # noqa: E731
+  with jax.enable_x64(True):
+    net = Net(syn, 8, graded=True, dtype=jnp.float64, spike=smooth)
+    value, g = net.weight_grad(x, syn)
+    _, ref = dense_reference(syn, x, spike=smooth, dtype=jnp.float64)
+    assert_close(g, ref, 1e-12)
+    loss = bs.jit(net.loss)
+    w0 = net.net.weight.value
+    order = slots(syn, N, 8)
+    rng = np.random.default_rng(2)
+    for _ in range(3):
+      u = rng.normal(size=len(order))
+      du = np.zeros(w0.shape)
+      du[order] = u
+      eps, f = 1e-5, []
+      for sign in (1, -1):
+        net.net.weight.value = w0 + sign * eps * jnp.asarray(du)
+        f.append(float(loss(jnp.asarray(x))))
+      net.net.weight.value = w0
+      fd = (f[0] - f[1]) / (2 * eps)
+      np.testing.assert_allclose(g @ u, fd, rtol=1e-7)
+
+
+@pytest.mark.slow
+def test_a_user_surrogate_is_used():
+  syn, x = synapses(), drive()
+  mine = lambda x: jnp.exp(-4.0 * x * x)  # noqa: E731
+  _, g = Net(syn, 8, surrogate=mine).weight_grad(x, syn)
+  _, ref = dense_reference(syn, x, surrogate=mine)
+  _, other = dense_reference(syn, x, surrogate=bm.ArcTan())
+  assert_close(g, ref)
+  assert np.abs(g - other).max() > 50 * 2e-5 * np.abs(ref).max()
+
+
+@pytest.mark.slow
+def test_remat_chunks_give_the_same_gradient(grads, case):
+  """The same forward bits; the gradient to rounding: each chunk's weight
+  cotangents are summed before they join the total (scan's transpose), a
+  different association of the same terms."""
+  syn, x = case
+  value, g = Net(syn, 8, chunk=4).weight_grad(x, syn)
+  assert float(value) == float(grads[8][0])
+  np.testing.assert_allclose(g, grads[8][1], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.slow
+def test_a_batch_exchanging_every_min_delay_steps():
+  """batch=2 and every=min_delay=2: the dense reference's summed batch, and
+  the same bits on 1 and 8 devices."""
+  syn = synapses(delays=(2, 5))
+  x = np.stack([drive(1), drive(3)], 1)                    # [T, B, N]
+  got = {s: Net(syn, s, every=2, batch=2).weight_grad(x, syn) for s in (1, 8)}
+  ref_value, ref = dense_reference(syn, x)
+  np.testing.assert_allclose(got[8][0], ref_value, rtol=1e-5)
+  assert_close(got[8][1], ref)
+  assert float(got[1][0]) == float(got[8][0])
+  np.testing.assert_array_equal(got[1][1], got[8][1])
+
+
+def test_blocks_must_fit_the_mesh_and_the_neurons():
+  syn = synapses(n=24, k=2)
+  mesh = jax.make_mesh((8,), ("x",))
+  idx = bm.index_from_arrays(**syn, n=24, n_shards=8, n_receptors=R)
+  with pytest.raises(ValueError, match="blocks = 4 must be a multiple"):
+    bm.TrainableDelivery(idx, mesh, blocks=4)
+  with pytest.raises(ValueError, match="divide the 24 neurons"):
+    bm.TrainableDelivery(idx, mesh, blocks=16)
