@@ -255,3 +255,25 @@ def test_blocks_must_fit_the_mesh_and_the_neurons():
     bm.TrainableDelivery(idx, mesh, blocks=4)
   with pytest.raises(ValueError, match="divide the 24 neurons"):
     bm.TrainableDelivery(idx, mesh, blocks=16)
+
+
+
+@pytest.mark.slow
+def test_the_docs_snippet_runs_and_gives_the_same_bits_on_1_and_8(capsys):
+  """docs/training.md's first example of gradients through delivery."""
+  import pathlib
+  import re
+  text = (pathlib.Path(__file__).parents[1] / "docs" / "training.md"
+          ).read_text()
+  section = text.split("## Gradients through sparse, delayed delivery")[1]
+  code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+  assert "shards = 1" in code
+  listed = dict(pre=np.array([0, 0, 1, 2]), post=np.array([1, 2, 3, 3]))
+  g = {}
+  for shards in (1, 8):
+    scope = {}
+    exec(compile(code.replace("shards = 1", f"shards = {shards}"),
+                 "docs/training.md", "exec"), scope)
+    g[shards] = np.asarray(scope["g"])[slots(listed, 8, shards)]
+  assert np.abs(g[1]).min() > 0 and capsys.readouterr().out
+  np.testing.assert_array_equal(g[1], g[8])
