@@ -59,6 +59,10 @@ def parse_args(argv=None):
   p.add_argument("--log", type=int, default=10,
                  help="print the loss every this many steps (default: "
                       "%(default)s)")
+  p.add_argument("--chunk", type=int, default=0, metavar="K",
+                 help="bs.remat every K time steps: the backward pass keeps "
+                      "steps/K copies of the network's state and recomputes "
+                      "one chunk at a time (default: 0, no remat)")
   p.add_argument("--seed", type=int, default=0,
                  help="seeds the synapses, the data split and the spikes")
   p.add_argument("--quick", action="store_true",
@@ -132,7 +136,12 @@ class Network:
                            NamedSharding(mesh, spec))
     self.v, self.s, self.acc = (bs.ShortTermState(zeros, spec=spec)
                                 for _ in range(3))
+    self.count = bs.ShortTermState(zeros.astype(jnp.int32), spec=spec)
     self.mesh, self.steps, self.n_local = mesh, args.steps, lay.n_local
+    self.hidden, self.chunk = args.hidden, args.chunk
+    if self.chunk and args.steps % self.chunk:
+      raise SystemExit(f"{PROG}: --chunk {self.chunk} must divide --steps "
+                       f"{args.steps}")
     self.step = self.net.step(self.update, in_specs=P())
 
   def update(self, inputs, x):
@@ -151,21 +160,28 @@ class Network:
                   jnp.where(hidden, bm.spike(v - 1.0), 0.0))
     self.v.value, self.s.value = v, s
     self.acc.value = self.acc.value + jnp.where(out, v, 0.0)
+    self.count.value = self.count.value + (hidden & (s > 0))  # int: exact
     return s
 
   def loss(self, x, labels):
-    """Mean cross-entropy of the batch and its count of correct answers."""
-    for st in (self.v, self.s, self.acc):
+    """Mean cross-entropy of the batch, and (correct answers, the hidden
+    neurons' spikes per neuron and step)."""
+    for st in (self.v, self.s, self.acc, self.count):
       st.value = jnp.zeros_like(st.value)
     self.net.reset()
-    bs.for_loop(self.step, x)
+    if self.chunk:  # memory: steps / chunk States + one chunk's residuals
+      body = bs.remat(lambda xc: bs.for_loop(self.step, xc))
+      bs.for_loop(body, x.reshape(-1, self.chunk, *x.shape[1:]))
+    else:
+      bs.for_loop(self.step, x)
     # Replicate the readout, then reduce: the same bits on any mesh.
     acc = jax.sharding.reshard(self.acc.value, NamedSharding(self.mesh, P()))
     lo, hi = self.lay.range("out")
     logits = acc[:, lo:hi] / self.steps
     logp = jax.nn.log_softmax(logits)
     nll = -jnp.take_along_axis(logp, labels[:, None], 1).mean()
-    return nll, (logits.argmax(1) == labels).sum()
+    rate = self.count.value.sum() / (x.shape[0] * x.shape[1] * self.hidden)
+    return nll, ((logits.argmax(1) == labels).sum(), rate)
 
 
 # -- training ------------------------------------------------------------------
@@ -186,21 +202,22 @@ def train(args, log=print):
 
   @bs.jit
   def train_step(x, labels):
-    (loss, correct), g = grad(x, labels)
+    (loss, aux), g = grad(x, labels)
     updates, opt_state.value = opt.update(g, opt_state.value)
     weight.value = weight.value + updates
-    return loss, correct
+    return loss, aux
 
   rng = np.random.default_rng(args.seed + 1)
   losses = []
   for i in range(args.train_steps):
     pick = rng.choice(ys.size, args.batch, replace=False)
     x = poisson(xs[pick], args.steps, rng)
-    loss, correct = train_step(jnp.asarray(x), jnp.asarray(ys[pick]))
+    loss, (correct, rate) = train_step(jnp.asarray(x), jnp.asarray(ys[pick]))
     losses.append(float(loss))
     if (i + 1) % args.log == 0 or i == 0:
       log(f"step {i + 1:4d}  loss {losses[-1]:.4f}  batch accuracy "
-          f"{int(correct) / args.batch:.2f}")
+          f"{int(correct) / args.batch:.2f}  hidden spikes/step "
+          f"{float(rate):.3f}")
   if args.measure:
     measure(net, train_step, x, ys[pick], log)
   log(f"test accuracy {evaluate(net, xt, yt, args, rng):.3f}")
@@ -213,7 +230,7 @@ def evaluate(net, xt, yt, args, rng):
   correct = 0
   for k in range(0, n, args.batch):
     x = poisson(xt[k:k + args.batch], args.steps, rng)
-    correct += int(run(jnp.asarray(x), jnp.asarray(yt[k:k + args.batch]))[1])
+    correct += int(run(jnp.asarray(x), jnp.asarray(yt[k:k + args.batch]))[1][0])
   return correct / max(n, 1)
 
 
