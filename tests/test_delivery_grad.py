@@ -17,6 +17,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import brainshard as bs
 from brainshard import models as bm
+from brainshard._models.delivery.grad import presynaptic
 
 N, K, T, ALPHA, R = 64, 8, 16, 0.8, 2
 
@@ -147,6 +148,44 @@ def dense_reference(syn, x, *, surrogate=bm.FastSigmoid(), spike=None,
 
 def assert_close(g, ref, rel=2e-5):
   np.testing.assert_allclose(g, ref, atol=rel * np.abs(ref).max())
+
+
+@pytest.mark.slow  # deliver's loops compile in ~3 s
+def test_deliver_block_vjp_is_the_transposed_scatter():
+  """One shard, no mesh: deliver_block's value and VJP (buffer, spikes,
+  weights) against jax.vjp of the same delivery written as one scatter."""
+  syn = synapses(n=16, k=3)
+  idx = bm.index_from_arrays(**syn, n=16, n_receptors=R)
+  pre, post, d, r = (syn[k] for k in ("pre", "post", "delay", "receptor"))
+  order = np.argsort(pre, kind="stable")        # the index's slot order
+  rng = np.random.default_rng(3)
+  buf = jnp.asarray(rng.normal(size=(2, R, 5, 16)), jnp.float32)
+  spikes = jnp.asarray(rng.random((2, 3, 16)) < 0.5, jnp.float32)  # B, m
+  w = idx.weight
+  pre_of = presynaptic(idx)
+
+  def ours(buf, spikes, w):
+    return bm.deliver_block(buf, spikes, 7, idx, w, pre_of, blocks=4,
+                            sizes=(16,))
+
+  def scatter(buf, spikes, w):
+    for k in range(spikes.shape[1]):
+      slot = (7 + k + d[order]) % 5
+      add = w[:len(order)] * spikes[:, k, pre[order]]
+      buf = buf.at[:, r[order], slot, post[order]].add(add)
+    return buf
+
+  @jax.jit
+  def both(ct):
+    out = []
+    for f in (ours, scatter):
+      value, vjp = jax.vjp(f, buf, spikes, w)
+      out.append((value, *vjp(ct)))
+    return out
+
+  ours_, ref = both(jnp.asarray(rng.normal(size=buf.shape), jnp.float32))
+  for x, y in zip(ours_, ref):
+    np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
 
 
 @pytest.fixture(scope="module")
