@@ -51,7 +51,7 @@ import jax.numpy as jnp
 from brainshard._transforms.control import cast_varying, vma_tree
 from brainshard._models.delivery.events import EVENT_SIZES
 from brainshard._models.delivery.index import SynapseIndex, narrowest
-from brainshard._models.delivery.ordered import sum_blocks, sum_in_order
+from brainshard._models.delivery.ordered import sum_blocks
 from brainshard._models.delivery.push import deliver
 
 __all__ = ["deliver_block", "presynaptic"]
@@ -150,18 +150,21 @@ def _bwd(cfg, res, g):
   dst = jnp.where(used, (post // (n_local // nbl)) * (n_pre + 1) + pre,
                   nbl * (n_pre + 1))
   gflat = g.reshape(batch, -1)
+  w = weight.astype(g.dtype)
 
-  def step(k, carry):
+  # One sample and step at a time: [capacity] temporaries, not [B, cap].
+  def one(i, carry):
     ct_w, part = carry
+    b, k = i // m, i % m
     slot = (t0 + k + i32(index.delay)) % length
     at = jnp.where(used, (rec * length + slot) * n_local + post, gflat.shape[1])
-    gk = jnp.take(gflat, at, axis=1, mode="fill", fill_value=0)   # [B, cap]
-    sk = jnp.take(fired[:, k], pre, axis=1, mode="fill", fill_value=0)
-    ct_w = ct_w + sum_in_order(gk * sk, 0)
+    gk = jnp.take(gflat[b], at, mode="fill", fill_value=0)        # [cap]
+    sk = jnp.take(fired[b, k], pre, mode="fill", fill_value=0)
     # Scatter in slot order: per (block, pre) the index's order on any mesh.
-    pk = jnp.zeros((batch, nbl * (n_pre + 1)), g.dtype).at[:, dst].add(
-        gk * weight.astype(g.dtype), mode="drop")
-    return ct_w, jax.lax.dynamic_update_index_in_dim(part, pk, k, 0)
+    pk = jnp.zeros(nbl * (n_pre + 1), g.dtype).at[dst].add(gk * w,
+                                                           mode="drop")
+    part = jax.lax.dynamic_update_slice(part, pk[None, None], (k, b, 0))
+    return ct_w + gk * sk, part
 
   init = (jnp.zeros(weight.shape, g.dtype),
           jnp.zeros((m, batch, nbl * (n_pre + 1)), g.dtype))
@@ -169,7 +172,7 @@ def _bwd(cfg, res, g):
   # the loop's initial carry.
   vary = vma_tree(jax.typeof(g))
   init = cast_varying(init, (vary, vary))
-  ct_w, part = jax.lax.fori_loop(0, m, step, init)
+  ct_w, part = jax.lax.fori_loop(0, batch * m, one, init)
   part = part.reshape(m, batch, nbl, n_pre + 1)[..., :n_pre]
   ct_s = sum_blocks(part, cfg.axis, index.n_shards)  # [m, B, n_local]
   ct_s = jnp.swapaxes(ct_s, 0, 1).astype(spikes.dtype)
