@@ -29,6 +29,9 @@ from brainshard._models.connectivity.parameters import (
     Constant, Normal, Parameter, Uniform)
 from brainshard._models.delivery.events import fired_ids, first_fired
 from brainshard._models.delivery.delivery import Delivery, block_spikes, unblock_spikes
+from brainshard._models.delivery.grad import deliver_block
+from brainshard._models.delivery.trainable import TrainableDelivery
+from brainshard._models.surrogate import ArcTan, FastSigmoid, Sigmoid, spike
 from brainshard._models.delivery.index import SynapseIndex
 from brainshard._models.layout import Layout
 from brainshard._models.network.network import Network
@@ -57,6 +60,9 @@ __all__ = [
     # delivery
     "Delivery", "block_spikes", "unblock_spikes", "deliver", "delay_steps",
     "ring_length", "fired_ids", "first_fired",
+    # gradients through delivery: surrogate spikes, trainable weights
+    "TrainableDelivery", "deliver_block", "spike", "FastSigmoid", "ArcTan",
+    "Sigmoid",
     # integer counts: one uniform weight per receptor
     "hashed_presynaptic", "csr_from_table", "deliver_counts", "pull_counts",
     # populations

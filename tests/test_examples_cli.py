@@ -12,7 +12,8 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-EXAMPLES = ["cuba", "spiking_demo", "ensemble", "train_snn", "two_areas",
+EXAMPLES = ["cuba", "spiking_demo", "ensemble", "train_snn", "learn_sparse",
+            "two_areas",
             "scaleout", "ei_brainstate", "ei_brainshard", "ei_data",
             "microcircuit"]
 
