@@ -6,6 +6,10 @@ import os
 
 import pytest
 
+# The suite counts compiles: no persistent cache across processes (a test
+# of the cache turns it on in a child process of its own).
+os.environ.setdefault("BRAINSHARD_COMPILATION_CACHE", "0")
+
 _FLAG = "--xla_force_host_platform_device_count=8"
 if _FLAG not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
@@ -33,7 +37,6 @@ SLOW_DOCTESTS = frozenset({
     "brainshard._models.connectivity.parameters",
     "brainshard._models.delivery.events",
     "brainshard._models.delivery.delivery",
-    "brainshard._models.connectivity.plans",
     "brainshard._scaleout.place.sharded_init",
     "brainshard._simulation.random.discrete.multinomial",
     "brainshard._simulation.random.discrete.negative_binomial",

@@ -4,6 +4,7 @@ import os as _os
 
 from brainshard._core import compat as _compat
 from brainshard._core.caches import clear_caches
+from brainshard._core.compile_cache import compilation_cache
 from brainshard._core.errors import StateTraceError
 from brainshard._core.state.state import (
     LongTermState, ParamState, ShortTermState, State)
@@ -44,12 +45,19 @@ __version__ = "0.1.0"
 # (JAX_TRACEBACK_FILTERING=off shows them).
 _compat.hide_from_tracebacks(_os.path.dirname(_os.path.abspath(__file__)))
 
+# A second run of a script compiles (almost) nothing: JAX's persistent
+# compilation cache in the user's cache folder, unless configured or
+# switched off (BRAINSHARD_COMPILATION_CACHE=0; docs/compat.md).
+from brainshard._core import compile_cache as _compile_cache  # noqa: E402
+_compile_cache.enable_by_default()
+
 __all__ = [
     # states
     "State", "ParamState", "ShortTermState", "LongTermState",
     "StateTraceError", "RandomState", "StateDictManager",
     # transforms
     "StatefulFunction", "jit", "shard_map", "vmap", "clear_caches",
+    "compilation_cache",
     "grad", "value_and_grad", "vjp", "jvp", "jacrev", "jacfwd", "hessian",
     "remat",
     # simulation drivers
