@@ -16,11 +16,12 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
+import jax
 import numpy as np
 
-__all__ = ["Layout"]
+__all__ = ["Layout", "mesh_axis"]
 
 
 @dataclass(frozen=True)
@@ -83,3 +84,31 @@ class Layout:
 
   def with_shards(self, n_shards: int) -> "Layout":
     return Layout(self._sizes, n_shards)
+
+
+def mesh_axis(mesh: Any, axis: str | None, owner: str, *,
+              all_devices: bool = False) -> tuple[jax.sharding.Mesh, str]:
+  """The mesh and the axis the neurons are split over: ``mesh`` None takes
+  the one set with ``jax.set_mesh`` (else, with ``all_devices``, every
+  device on one axis ``'x'``); ``axis`` None the mesh's only axis. Errors
+  name ``owner``."""
+  if mesh is None:
+    mesh = jax.sharding.get_mesh()
+    if mesh is None or mesh.empty:
+      if not all_devices:
+        raise ValueError(f"{owner} has no mesh: pass mesh=..., or set one "
+                         "with `jax.set_mesh(mesh)` around the call.")
+      mesh = jax.make_mesh((jax.device_count(),), ("x",))
+  if not isinstance(mesh, jax.sharding.Mesh):
+    raise TypeError(f"{owner}: mesh must be a concrete jax.sharding.Mesh "
+                    f"(e.g. from jax.make_mesh), got {type(mesh).__name__}.")
+  names = tuple(mesh.axis_names)
+  if axis is None:
+    if len(names) != 1:
+      raise ValueError(f"{owner}: the mesh has axes {names}; name the one "
+                       "the neurons are split over with axis=...")
+    axis = names[0]
+  if axis not in names:
+    raise ValueError(f"{owner}: axis {axis!r} is not an axis of the mesh "
+                     f"{dict(mesh.shape)}.")
+  return mesh, axis

@@ -35,7 +35,7 @@ from brainshard._transforms.jit import jit
 from brainshard._transforms.shard_map.shard_map import shard_map
 from brainshard._models.delays import (
     check_dt, delay_steps, to_steps, too_short)
-from brainshard._models.layout import Layout
+from brainshard._models.layout import Layout, mesh_axis
 from brainshard._models.connectivity.build import Spec, count_pass, fill_pass
 from brainshard._models.connectivity.projection import Projection
 from brainshard._models.connectivity.rules import Explicit
@@ -103,34 +103,14 @@ def _specs(projections, layout, dt) -> tuple[list[Spec], list, list[str]]:
   return specs, arrays, labels
 
 
-def _mesh(mesh: Any) -> jax.sharding.Mesh:
-  if mesh is None:
-    mesh = jax.sharding.get_mesh()
-    if mesh is None or mesh.empty:
-      raise ValueError("connect has no mesh: pass mesh=..., or set one with "
-                       "`jax.set_mesh(mesh)` around the call.")
-  if not isinstance(mesh, jax.sharding.Mesh):
-    raise TypeError("connect: mesh must be a concrete jax.sharding.Mesh "
-                    f"(e.g. from jax.make_mesh), got {type(mesh).__name__}.")
-  return mesh
-
-
-def _axis(mesh, axis, layout) -> str:
-  names = tuple(mesh.axis_names)
-  if axis is None:
-    if len(names) != 1:
-      raise ValueError(f"connect: the mesh has axes {names}; name the one "
-                       "the neurons are split over with axis=...")
-    axis = names[0]
-  if axis not in names:
-    raise ValueError(f"connect: axis {axis!r} is not an axis of the mesh "
-                     f"{dict(mesh.shape)}.")
+def _axis(mesh, axis, layout) -> tuple[jax.sharding.Mesh, str]:
+  mesh, axis = mesh_axis(mesh, axis, "connect")
   if layout.n_shards != mesh.shape[axis]:
     raise ValueError(
         f"connect: the layout has n_shards={layout.n_shards} but mesh axis "
         f"{axis!r} has {mesh.shape[axis]} devices; pass "
         f"layout.with_shards({mesh.shape[axis]}).")
-  return axis
+  return mesh, axis
 
 
 def connect(projections: Sequence[Projection], layout: Layout, *, dt: float,
@@ -152,8 +132,7 @@ def connect(projections: Sequence[Projection], layout: Layout, *, dt: float,
   Returns:
     a :class:`SynapseIndex` whose arrays are split over ``axis``.
   """
-  mesh = _mesh(mesh)
-  axis = _axis(mesh, axis, layout)
+  mesh, axis = _axis(mesh, axis, layout)
   dt = check_dt(dt, "connect")
   if isinstance(seed, (bool, np.bool_)) or not isinstance(
       seed, (int, np.integer)):

@@ -236,21 +236,20 @@ class _TargetUnits(Rule):
 
 
 @dataclass(frozen=True)
-class FixedInDegree(_TargetUnits):
-  """Each target gets ``k`` sources drawn uniformly (with replacement);
-  unit = target."""
+class _Degree(Rule):
+  """What the two degree rules share: ``k`` partners for each unit (a
+  target or a source), drawn from the other side (``drawn_from``)."""
 
-  nest_name: ClassVar[str] = "fixed_indegree"
-  nest_params: ClassVar[dict] = {"indegree": "k"}
+  drawn_from: ClassVar[str] = "pre"
   k: int
   autapses: bool = True
   multapses: bool = True
 
   def __post_init__(self):
-    _size(self.k, "FixedInDegree: k")
-    _flag(self.autapses, "FixedInDegree: autapses")
-    _no_multapses("FixedInDegree", _flag(self.multapses,
-                                         "FixedInDegree: multapses"))
+    name = type(self).__name__
+    _size(self.k, f"{name}: k")
+    _flag(self.autapses, f"{name}: autapses")
+    _no_multapses(name, _flag(self.multapses, f"{name}: multapses"))
 
   @property
   def number(self):
@@ -261,10 +260,19 @@ class FixedInDegree(_TargetUnits):
 
   def check(self, pre, post, where):
     if self.k:
-      _empty(pre, post, where, "FixedInDegree", "pre")
+      _empty(pre, post, where, type(self).__name__, self.drawn_from)
       if not self.autapses and pre == post and pre[1] - pre[0] == 1:
         raise ValueError(f"{where}: autapses=False leaves no partner in a "
                          "population of one neuron.")
+
+
+@dataclass(frozen=True)
+class FixedInDegree(_Degree, _TargetUnits):
+  """Each target gets ``k`` sources drawn uniformly (with replacement);
+  unit = target."""
+
+  nest_name: ClassVar[str] = "fixed_indegree"
+  nest_params: ClassVar[dict] = {"indegree": "k"}
 
   def units(self, plan, i, aux, key, lo, hi):
     t, okt = self._targets(plan, i, lo, hi)
@@ -330,36 +338,14 @@ class AllToAll(PairwiseBernoulli):
 
 
 @dataclass(frozen=True)
-class FixedOutDegree(Rule):
+class FixedOutDegree(_Degree):
   """Each source gets ``k`` targets drawn uniformly (with replacement);
   unit = source. Every shard visits every source (it cannot know in
   advance which reach it): O(all synapses of the projection) per shard."""
 
   nest_name: ClassVar[str] = "fixed_outdegree"
   nest_params: ClassVar[dict] = {"outdegree": "k"}
-  k: int
-  autapses: bool = True
-  multapses: bool = True
-
-  def __post_init__(self):
-    _size(self.k, "FixedOutDegree: k")
-    _flag(self.autapses, "FixedOutDegree: autapses")
-    _no_multapses("FixedOutDegree", _flag(self.multapses,
-                                          "FixedOutDegree: multapses"))
-
-  @property
-  def number(self):
-    return int(self.k)
-
-  def width(self, pre, post):
-    return int(self.k)
-
-  def check(self, pre, post, where):
-    if self.k:
-      _empty(pre, post, where, "FixedOutDegree", "post")
-      if not self.autapses and pre == post and pre[1] - pre[0] == 1:
-        raise ValueError(f"{where}: autapses=False leaves no partner in a "
-                         "population of one neuron.")
+  drawn_from: ClassVar[str] = "post"
 
   def n_units(self, plan, aux, lo, hi):
     return jnp.asarray(plan.pre[1] - plan.pre[0], jnp.int32)

@@ -58,7 +58,8 @@ from brainshard._models.delivery.push import deliver
 from brainshard._models.delivery.events import EVENT_SIZES
 from brainshard._models.delivery.index import SynapseIndex
 
-__all__ = ["Delivery", "block_spikes", "unblock_spikes"]
+__all__ = ["Delivery", "block_spikes", "unblock_spikes", "on_mesh",
+           "steps_per_exchange"]
 
 
 class Delivery:
@@ -87,26 +88,8 @@ class Delivery:
                every: int | None = None, sizes: Sequence[int] = EVENT_SIZES,
                name: str = "delivery", dtype: Any = jnp.float32,
                receptors: int | None = None):
-    if axis not in mesh.shape:
-      raise ValueError(f"Delivery: the mesh has axes {tuple(mesh.shape)}, "
-                       f"not {axis!r}.")
-    shards = mesh.shape[axis]
-    if index.n_shards != shards:
-      raise ValueError(
-          f"Delivery: the index was built for {index.n_shards} shard(s), the "
-          f"mesh axis {axis!r} has {shards}; build it for this mesh.")
-    if index.n_pre != index.n_local * shards:
-      raise ValueError(
-          f"Delivery: the index has n_pre = {index.n_pre} presynaptic ids but "
-          f"{index.n_local} x {shards} = {index.n_local * shards} targets; a "
-          "network's sources and targets are the same padded axis.")
-    every = index.min_delay if every is None else every
-    if isinstance(every, (bool, np.bool_)) or not isinstance(
-        every, (int, np.integer)) or not 1 <= every <= index.min_delay:
-      raise ValueError(
-          f"Delivery: every = {every!r} steps per exchange must be an int in "
-          f"[1, min_delay = {index.min_delay}]: a spike must not be needed "
-          "before the exchange that carries it.")
+    on_mesh(index, mesh, axis, "Delivery")
+    every = steps_per_exchange(every, index, "Delivery")
     r = index.n_receptors if receptors is None else receptors
     if isinstance(r, (bool, np.bool_)) or not isinstance(
         r, (int, np.integer)) or r < index.n_receptors:
@@ -114,7 +97,6 @@ class Delivery:
           f"Delivery: receptors = {receptors!r}, but the index has synapses "
           f"on receptors 0 .. {index.n_receptors - 1}; the neurons must read "
           f"all {index.n_receptors}.")
-    every = int(every)
     self.mesh, self.axis, self.every, self.sizes = mesh, axis, every, sizes
     # The time one call advances: a Runner of this step takes it as its dt.
     self.time_per_call = None if index.dt is None else index.dt * every
@@ -195,6 +177,38 @@ class Delivery:
     if self.mesh.shape[self.axis] == 1:
       return spikes
     return jax.lax.all_gather(spikes, self.axis, axis=1, tiled=True)
+
+
+def on_mesh(index: SynapseIndex, mesh: Any, axis: str, owner: str) -> int:
+  """The shards of ``axis``, after checking ``index`` was built for them
+  (errors name ``owner``)."""
+  if axis not in mesh.shape:
+    raise ValueError(f"{owner}: the mesh has axes {tuple(mesh.shape)}, "
+                     f"not {axis!r}.")
+  shards = mesh.shape[axis]
+  if index.n_shards != shards:
+    raise ValueError(
+        f"{owner}: the index was built for {index.n_shards} shard(s), the "
+        f"mesh axis {axis!r} has {shards}; build it for this mesh.")
+  if index.n_pre != index.n_local * shards:
+    raise ValueError(
+        f"{owner}: the index has n_pre = {index.n_pre} presynaptic ids but "
+        f"{index.n_local} x {shards} = {index.n_local * shards} targets; a "
+        "network's sources and targets are the same padded axis.")
+  return shards
+
+
+def steps_per_exchange(every: Any, index: SynapseIndex, owner: str) -> int:
+  """``every`` (None: the shortest delay) as an int in ``[1, min_delay]``:
+  a spike must not be needed before the exchange that carries it."""
+  every = index.min_delay if every is None else every
+  if isinstance(every, (bool, np.bool_)) or not isinstance(
+      every, (int, np.integer)) or not 1 <= every <= index.min_delay:
+    raise ValueError(
+        f"{owner}: every = {every!r} steps per exchange must be an int in "
+        f"[1, min_delay = {index.min_delay}]: a spike must not be needed "
+        "before the exchange that carries it.")
+  return int(every)
 
 
 def block_spikes(out: jax.Array) -> jax.Array:

@@ -51,6 +51,7 @@ from brainshard._core.state.state import ParamState, ShortTermState, State
 from brainshard._transforms.loops import for_loop
 from brainshard._transforms.shard_map.shard_map import shard_map
 from brainshard._models.delays import ring_length
+from brainshard._models.delivery.delivery import on_mesh, steps_per_exchange
 from brainshard._models.delivery.events import EVENT_SIZES
 from brainshard._models.delivery.grad import deliver_block, presynaptic
 from brainshard._models.delivery.index import SynapseIndex
@@ -86,12 +87,9 @@ class TrainableDelivery:
                every: int | None = None, batch: int | None = None,
                blocks: int = 8, graded: bool = False, dtype: Any = jnp.float32,
                sizes: Sequence[int] = EVENT_SIZES, name: str = "delivery"):
-    shards = _check(index, mesh, axis, blocks)
-    every = index.min_delay if every is None else every
-    if not isinstance(every, int) or not 1 <= every <= index.min_delay:
-      raise ValueError(
-          f"TrainableDelivery: every = {every!r} steps per exchange must be an "
-          f"int in [1, min_delay = {index.min_delay}].")
+    shards = on_mesh(index, mesh, axis, "TrainableDelivery")
+    _check_blocks(index, shards, blocks)
+    every = steps_per_exchange(every, index, "TrainableDelivery")
     if batch is not None and (not isinstance(batch, int) or batch < 1):
       raise ValueError(f"TrainableDelivery: batch = {batch!r} must be a "
                        "positive int or None.")
@@ -174,21 +172,7 @@ class TrainableDelivery:
     return spikes[0] if m == 1 else spikes
 
 
-def _check(index: SynapseIndex, mesh: Any, axis: str, blocks: int) -> int:
-  if axis not in mesh.shape:
-    raise ValueError(f"TrainableDelivery: the mesh has axes "
-                     f"{tuple(mesh.shape)}, not {axis!r}.")
-  shards = mesh.shape[axis]
-  if index.n_shards != shards:
-    raise ValueError(
-        f"TrainableDelivery: the index was built for {index.n_shards} "
-        f"shard(s), the mesh axis {axis!r} has {shards}; build it for this "
-        "mesh.")
-  if index.n_pre != index.n_local * shards:
-    raise ValueError(
-        f"TrainableDelivery: the index has n_pre = {index.n_pre} presynaptic "
-        f"ids but {index.n_local} x {shards} targets; a network's sources and "
-        "targets are the same padded axis.")
+def _check_blocks(index: SynapseIndex, shards: int, blocks: int) -> None:
   if not isinstance(blocks, int) or blocks < 1 or blocks % shards or \
       index.n_pre % blocks:
     raise ValueError(
@@ -196,7 +180,6 @@ def _check(index: SynapseIndex, mesh: Any, axis: str, blocks: int) -> int:
         f"{shards} shard(s) and divide the {index.n_pre} neurons: the "
         "gradient's sums run over these fixed blocks of targets, so meshes "
         "whose size divides blocks give the same bits.")
-  return shards
 
 
 def _presynaptic(index: SynapseIndex, mesh: Any, axis: str) -> jax.Array:

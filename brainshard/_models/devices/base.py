@@ -87,6 +87,7 @@ import numpy as np
 
 from brainshard._core.state.state import State
 from brainshard._models.devices.times import INT32_MAX, INT32_MIN, grid_steps
+from brainshard._models.nest_params import refuse_unknown
 
 __all__ = ["Device", "active", "slots", "base_key", "number", "flag"]
 
@@ -116,11 +117,7 @@ class Device:
   random: ClassVar[bool] = False
 
   def __init__(self, **params: Any):
-    unknown = sorted(set(params) - set(self.defaults))
-    if unknown:
-      raise ValueError(
-          f"{self.nest_name}: unknown parameter(s) {unknown}; its parameters "
-          f"are {sorted(self.defaults)} (NEST's names).")
+    refuse_unknown(self.nest_name, self.defaults, params)
     merged = {name: self.check(name, params.get(name, default))
               for name, default in self.defaults.items()}
     if merged["stop"] < merged["start"]:

@@ -61,7 +61,7 @@ from brainshard._models.delays import check_dt, delay_steps
 from brainshard._models.delivery.delivery import Delivery
 from brainshard._models.devices import DEVICES
 from brainshard._models.devices.base import Device
-from brainshard._models.layout import Layout
+from brainshard._models.layout import Layout, mesh_axis
 from brainshard._models.population import population_ids
 from brainshard._models.network.groups import ModelGroup, group_key
 from brainshard._models.network.stimulus import Stimulus
@@ -120,7 +120,7 @@ class Network:
     if self.dtype == jnp.float64 and not jax.config.jax_enable_x64:
       raise ValueError("Network(dtype=float64) needs 64-bit floats: "
                        "jax.config.update('jax_enable_x64', True) first.")
-    self.mesh, self.axis = _mesh_and_axis(mesh, axis)
+    self.mesh, self.axis = mesh_axis(mesh, axis, "Network", all_devices=True)
     self._exchange = exchange_every
     self.chunk, self.progress = chunk, progress
     self._populations: list[tuple[str, NeuronModel, int]] = []
@@ -473,20 +473,3 @@ def _neuron_model(model: Any, params: dict) -> tuple[NeuronModel, dict]:
                if np.ndim(v) or v != model.defaults[k]}
     params = {**changed, **params}
   return cls(**params), initial
-
-
-def _mesh_and_axis(mesh: Any, axis: str | None) -> tuple[Any, str]:
-  if mesh is None:
-    mesh = jax.sharding.get_mesh()
-    if mesh is None or mesh.empty:
-      mesh = jax.make_mesh((jax.device_count(),), ("x",))
-  names = tuple(mesh.axis_names)
-  if axis is None:
-    if len(names) != 1:
-      raise ValueError(f"Network: the mesh has axes {names}; name the one "
-                       "the neurons are split over with axis=...")
-    axis = names[0]
-  if axis not in names:
-    raise ValueError(f"Network: axis {axis!r} is not an axis of the mesh "
-                     f"{dict(mesh.shape)}.")
-  return mesh, axis

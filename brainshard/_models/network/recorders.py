@@ -19,6 +19,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from brainshard._models.nest_params import refuse_unknown
 from brainshard._simulation.monitors.monitors import SpikeMonitor, StateMonitor
 from brainshard._simulation.monitors.records import SpikeData
 
@@ -33,10 +34,7 @@ class Recorder:
   defaults: dict[str, Any] = {}
 
   def __init__(self, network: Any, key: str, **params: Any):
-    unknown = sorted(set(params) - set(self.defaults))
-    if unknown:
-      raise ValueError(f"{self.nest_name}: unknown parameter(s) {unknown}; "
-                       f"its parameters are {sorted(self.defaults)}.")
+    refuse_unknown(self.nest_name, self.defaults, params)
     self.network, self.key = network, key
     self.params = {**self.defaults, **params}
     self.ranges: list[tuple[int, int]] = []

@@ -57,6 +57,8 @@ from typing import Any, ClassVar, Mapping
 import jax.numpy as jnp
 import numpy as np
 
+from brainshard._models.nest_params import refuse_unknown
+
 __all__ = ["NeuronModel", "cast_constants", "lower_bound"]
 
 
@@ -94,11 +96,7 @@ class NeuronModel:
   counters: ClassVar[tuple[str, ...]] = ()
 
   def __init__(self, **params: Any):
-    unknown = sorted(set(params) - set(self.defaults))
-    if unknown:
-      raise ValueError(
-          f"{self.nest_name}: unknown parameter(s) {unknown}; its parameters "
-          f"are {sorted(self.defaults)} (NEST's names).")
+    refuse_unknown(self.nest_name, self.defaults, params)
     merged: dict[str, Any] = dict(self.defaults)
     for name, value in params.items():
       what = f"{self.nest_name}: {name}"

@@ -22,6 +22,8 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
+from brainshard._models.nest_params import refuse_unknown
+
 __all__ = ["SynapseModel"]
 
 
@@ -34,11 +36,7 @@ class SynapseModel:
   defaults: ClassVar[Mapping[str, float]] = {}
 
   def __init__(self, **params: Any):
-    unknown = sorted(set(params) - set(self.defaults))
-    if unknown:
-      raise ValueError(
-          f"{self.nest_name}: unknown parameter(s) {unknown}; its parameters "
-          f"are {sorted(self.defaults)} (NEST's names).")
+    refuse_unknown(self.nest_name, self.defaults, params)
     self.params: dict[str, Any] = dict(self.defaults)
     for name, value in params.items():
       if isinstance(value, (int, float, np.number)) and not isinstance(
