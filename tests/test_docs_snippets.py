@@ -5,8 +5,9 @@ Each page's ```` ```python ```` blocks run in order in one namespace, on the
 (``>>>``) is run as one, so its shown outputs are checked too. A block that
 cannot run here (it joins other hosts, say) carries, on the line before
 it, ``<!-- snippet: not run (why) -->``: visible in the page's source, and
-read here. Some pages get extra checks of what their code printed or left
-behind (``CHECKS``), where a page says what its code gives.
+read here. Where a page says what its code gives, ``CHECKS`` checks it
+(these were once separate tests per page: one place now, each block run
+once).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import re
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
@@ -99,7 +101,8 @@ def run_block(block: Block, ns: dict) -> None:
 
 # ---------------------------------------------------------------------------
 # What some pages say their code gives. Each check runs after the block with
-# that index, with the page's namespace and what the page printed so far.
+# that index (negative: counted from the page's end), with the page's
+# namespace and what the page printed since the last check.
 
 def _readme(ns, out):
   v, n = ns["v"], ns["n"]
@@ -124,7 +127,6 @@ def _simulation_demo(ns, out):
 
 
 def _ensemble_sweep(ns, out):
-  import jax.numpy as jnp
   assert "(1000, 8)" in out.out
   V, W, tau = ns["V"], ns["W"], ns["tau"]
 
@@ -189,16 +191,12 @@ def _training_data_parallel(ns, out):
   w, b = ns["w"], ns["b"]
   x, y = np.asarray(ns["x"]), np.asarray(ns["y"])
   # The page's claim: the shard_map gradient is the single-device one.
-  loss = lambda w_, b_: jnp_mean_sq(x @ w_ + b_ - y)  # noqa: E731
+  loss = lambda w_, b_: jnp.mean((x @ w_ + b_ - y) ** 2)  # noqa: E731
   want = jax.value_and_grad(loss, argnums=(0, 1))(
       np.asarray(w.value), np.asarray(b.value))
   np.testing.assert_allclose(ns["value"], want[0], rtol=1e-6)
   np.testing.assert_allclose(ns["grads"][w], want[1][0], rtol=1e-6)
   np.testing.assert_allclose(ns["grads"][b], want[1][1], rtol=1e-6)
-
-
-def jnp_mean_sq(r):
-  return (r ** 2).mean()
 
 
 CHECKS = {
@@ -249,6 +247,7 @@ def test_page_code_runs(page, tmp_path, monkeypatch, capsys):
   checks = CHECKS.get(page, {})
   found = blocks(page)
   ns: dict = {"__name__": "__main__"}
+  checked = set()
   for k, block in enumerate(found):
     if block.skip is not None:
       continue
@@ -257,6 +256,9 @@ def test_page_code_runs(page, tmp_path, monkeypatch, capsys):
     for key in (k, k - len(found)):
       if key in checks:
         checks[key](ns, capsys.readouterr())
+        checked.add(key)
+  # A check keyed to a block that moved or opted out would pass unseen.
+  assert checked == set(checks), f"checks of no block that ran: {set(checks) - checked}"
   if "matplotlib.pyplot" in sys.modules:
     sys.modules["matplotlib.pyplot"].close("all")
 
