@@ -580,19 +580,6 @@ def test_inside_a_transform_is_an_error(tmp_path):
   assert not (tmp_path / "c").exists()
 
 
-@pytest.mark.slow
-def test_docs_examples_run(monkeypatch):
-  import re
-  text = (ROOT / "docs" / "checkpointing.md").read_text()
-  blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-  namespace = {}
-  for block in blocks:
-    exec(compile(block, "docs/checkpointing.md", "exec"), namespace)
-  v = namespace["v"]
-  np.testing.assert_array_equal(bs.gather(v), namespace["after_500"])
-  assert v.sharding.spec == P("x") and v.sharding.mesh.shape == {"a": 2, "x": 4}
-
-
 # ----------------------------------------------------------------------------
 # Several processes
 

@@ -1,7 +1,7 @@
 """The docs site builds with ``mkdocs build --strict`` (no broken link,
 anchor or reference), its API reference documents every public name, the
-notebook page shows the committed raster plot, and the entry page's code
-runs."""
+notebook page shows the committed raster plot. (Every page's code runs in
+tests/test_docs_snippets.py.)"""
 
 import os
 import pathlib
@@ -86,22 +86,6 @@ def test_docstring_examples_render_as_code():
 def test_notebook_page_shows_the_raster(site):
   html = (site / "cuba_notebook" / "index.html").read_text()
   assert "data:image/png" in html  # committed outputs, not executed here
-
-
-@pytest.mark.slow
-def test_entry_page_code_runs(capsys):
-  """The Python blocks of docs/index.md, in order, on the faked devices."""
-  text = (ROOT / "docs" / "index.md").read_text()
-  blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-  assert blocks
-  ns: dict = {}
-  for block in blocks:
-    exec(compile(block, "docs/index.md", "exec"), ns)
-  n = ns["n"]
-  # v relaxes towards 1 with tau = 10: after k steps v = 1 - 0.9**k.
-  assert abs(float(ns["total"]) - n * (1 - 0.9 ** 3)) < 1e-4
-  assert ns["totals"].shape == (1000,)
-  assert abs(float(ns["totals"][-1]) - n * (1 - 0.9 ** 1003)) < 1e-3
 
 
 # A duration of real time typed into a page: microseconds, "s per simulated

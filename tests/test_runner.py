@@ -361,29 +361,6 @@ def test_checkpoint_resume_with_the_real_checkpoints(tmp_path):
 
 
 @pytest.mark.slow
-def test_runner_doc_examples_run(monkeypatch, capsys):
-  """The python blocks of docs/runner.md run in order, as written."""
-  pytest.importorskip("zarr", minversion="3")   # its record_to section
-  import pathlib
-  import re
-  import sys
-  root = pathlib.Path(__file__).resolve().parents[1]
-  text = (root / "docs" / "runner.md").read_text()
-  monkeypatch.chdir(root)
-  monkeypatch.setattr(sys, "path", list(sys.path))
-  namespace = {}
-  for block in re.findall(r"```python\n(.*?)```", text, re.S):
-    exec(compile(block, "docs/runner.md", "exec"), namespace)
-  out = capsys.readouterr().out
-  assert "<Result: 2000 steps" in out and "memmap" in out
-  # record_to: read back with bs.load_records and with plain zarr; continued
-  assert "CV of ISI" in out and "0 2000 4000 True" in out and "\n3000\n" in out
-  assert "10 2" in out.replace("Array(", "").replace(", dtype=int32)", "")
-  import matplotlib.pyplot as plt
-  plt.close("all")
-
-
-@pytest.mark.slow
 def test_a_second_sigint_raises_with_states_and_records_consistent():
   """Ctrl-C twice while a chunk's records are being copied: the run stops
   at once, with the States and records of the chunks recorded before."""

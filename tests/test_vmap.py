@@ -419,31 +419,6 @@ def test_ensemble_example_runs_and_sharding_changes_nothing(tmp_path):
 
 
 @pytest.mark.slow
-def test_docs_ensemble_demos_run(capsys):
-  import pathlib
-  import re
-  text = (pathlib.Path(__file__).resolve().parents[1] / "docs" /
-          "ensemble.md").read_text()
-  first, second = re.findall(r"```python\n(.*?)```", text, re.S)
-  scope = {}
-  exec(compile(first, "docs/ensemble.md", "exec"), scope)
-  assert "(1000, 8)" in capsys.readouterr().out
-  V, W, tau = scope["V"], scope["W"], scope["tau"]
-
-  def pure(v, _):
-    v = jax.vmap(lambda v, t: v + (-v + W.value @ v + 1.0) / t)(v, tau.value)
-    return v, None
-  v = jax.lax.scan(pure, jnp.zeros((8, 100)), length=1000)[0]
-  close(V.value, v, tol=1e-5)
-  exec(compile(second, "docs/ensemble.md", "exec"), scope)
-  assert "(8,)" in capsys.readouterr().out
-  # tau now lives split over the mesh where the sharded call read it (a
-  # State is placed once); the reference takes its numbers.
-  close(V.value, jax.vmap(lambda v, t: v + (-v + W.value @ v + 1.0) / t)(
-      v, np.asarray(tau.value)), tol=1e-5)
-
-
-@pytest.mark.slow
 def test_jax_grad_around_a_reading_vmap_and_cond_inside_members():
   W = bs.State(jnp.array([1.0, 2.0, 3.0]), name="W")
   g = jax.grad(lambda x: bs.vmap(lambda xi: (W.value * xi).sum())(x).sum())
