@@ -199,8 +199,15 @@ def _training_data_parallel(ns, out):
   np.testing.assert_allclose(ns["grads"][b], want[1][1], rtol=1e-6)
 
 
+def _network(ns, out):
+  assert ns["sr"].n_events > 0
+  assert ns["mm"].traces["V_m"].shape == (200, 5)  # 300 ms / 1.5 ms
+  assert ns["rates"].shape[0] == ns["sr"].spikes.n
+
+
 CHECKS = {
     "README.md": {0: _readme},
+    "docs/network.md": {0: _network},
     "docs/index.md": {1: _index_loop},
     "docs/simulation.md": {0: _simulation_demo},
     "docs/ensemble.md": {0: _ensemble_sweep, 1: _ensemble_sharded},
@@ -226,6 +233,7 @@ SLOW = {
     "docs/checkpointing.md", "docs/runner.md", "docs/models.md",
     "docs/models_delivery.md", "docs/scaleout.md", "docs/submesh.md",
     "docs/training.md", "docs/migrating-from-brainstate.md",
+    "docs/network.md",
 }
 
 _WITH_CODE = [p for p in pages() if blocks(p)]

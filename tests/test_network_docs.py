@@ -1,9 +1,8 @@
 """docs/network.md maps every NEST model, parameter, recordable, device and
 recorder brainshard has to its brainshard name: a model added without its
-row fails here."""
+row fails here (its code runs in tests/test_docs_snippets.py)."""
 
 import pathlib
-import re
 
 import pytest
 
@@ -45,14 +44,3 @@ def test_every_device_has_its_row(name):
 @pytest.mark.parametrize("name", sorted(RECORDERS))
 def test_every_recorder_has_its_row(name):
   assert f"`bm.{RECORDERS[name].__name__}`" in " ".join(_row(name))
-
-
-def test_the_pages_python_runs():
-  import jax  # noqa: F401  (the page's code, on the faked devices)
-  code = re.findall(r"```python\n(.*?)```", PAGE, re.S)
-  ns: dict = {}
-  for block in code:
-    exec(compile(block, "docs/network.md", "exec"), ns)
-  assert ns["sr"].n_events > 0
-  assert ns["mm"].traces["V_m"].shape == (200, 5)
-  assert ns["rates"].shape[0] == ns["sr"].spikes.n
