@@ -472,3 +472,43 @@ def test_no_module_is_a_dumping_ground():
       (str(path.relative_to(PKG)), len(path.read_text().splitlines()))
       for path in PKG.rglob("*.py")) if n > 700}
   assert not long, long
+
+
+# -- tests follow the code ------------------------------------------------------
+
+# A module whose tests live in a file named for something else: that file,
+# and why (a module the public API reaches only through others).
+TESTED_IN = {
+    "_core/keys.py": ("test_random.py", "typed keys: every RandomState test"),
+    "_core/stateful_function.py": ("test_discovery.py",
+                                   "bs.StatefulFunction is the discovery"),
+    "_core/threads.py": ("test_fastcall.py", "the slots' lock and window"),
+    "_core/toplevel.py": ("test_errors.py", "writes under foreign traces"),
+    "_models/analysis.py": ("test_spike_analysis.py", "rates and CV of ISI"),
+    "_models/delays.py": ("test_delivery.py", "delay_steps as NEST rounds"),
+    "_models/layout.py": ("test_population.py", "populations on one axis"),
+    "_models/nest_params.py": ("test_network.py", "unknown NEST parameters"),
+    "_models/surrogate.py": ("test_delivery_grad.py", "surrogate gradients"),
+    "_scaleout/move.py": ("test_task.py", "arrays between sub-meshes"),
+    "_transforms/control.py": ("test_loops.py", "loops and branches"),
+    "launch.py": ("test_multihost.py", "several processes"),
+    "models.py": ("test_network.py", "bs.models' public names"),
+}
+
+
+def test_every_module_has_its_tests():
+  """``tests/test_<module>.py``, or for a module of a package a
+  ``tests/test_<package>*.py``, or a declared file (TESTED_IN)."""
+  tests = {p.stem for p in (ROOT / "tests").glob("test_*.py")}
+  missing = []
+  for path in sorted(PKG.rglob("*.py")):
+    rel = path.relative_to(PKG)
+    if path.name == "__init__.py" or str(rel.as_posix()) in TESTED_IN:
+      continue
+    names = [path.stem] + ([rel.parts[1]] if len(rel.parts) == 3 else [])
+    if not any(t == f"test_{n}" or t.startswith(f"test_{n}_")
+               for n in names for t in tests):
+      missing.append(rel.as_posix())
+  assert not missing, f"modules without tests named for them: {missing}"
+  gone = [f for f, _ in TESTED_IN.values() if not (ROOT / "tests" / f).exists()]
+  assert not gone, gone
