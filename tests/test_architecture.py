@@ -8,10 +8,15 @@ from the source alone (pure AST, nothing imported, well under a second):
   count; ``if TYPE_CHECKING:`` ones do not, they never run);
 - no import circles, in the package and in benchmarks/ (a graph of its
   own: benchmarks import the package, never the other way);
-- no module reads another module's private (underscore) names, except
-  within one package below a floor (``_simulation/random/``) and
-  State's slot ``_value`` inside ``_core``; State and Frame declare the
-  internal surface the others use;
+- no module reaches another module's private (underscore) names -- reads
+  them, writes them (``state._value = v`` is not a definition), or uses
+  them in the Python source it generates (its templates' text) -- except
+  within one package below a floor (``_simulation/random/``), whose members
+  ARCHITECTURE.md lists in the package's section, and the names DECLARED
+  below (State's slot ``_value`` and mark ``_sig`` inside ``_core``);
+  State and Frame declare the internal surface the others use, and a
+  module generating source lists the private names its templates use
+  (``SOURCE_PRIVATE_NAMES``);
 - no stale module names (from before the package had floors) remain in
   the package, the docs or benchmarks/ANALYSIS.md;
 - no ``functools`` cache, which ``bs.clear_caches()`` could not clear.
@@ -363,12 +368,46 @@ DECLARED = {"_value": "brainshard._core", "_sig": "brainshard._core",
             "_bs_noted": "brainshard._scaleout.checkpoint"}
 
 
+def _declared_families() -> dict[str, str]:
+  """``{module path: package}``: the modules ARCHITECTURE.md lists in the
+  table of a package's section (``#### `_core/program/`: ...``)."""
+  families: dict[str, str] = {}
+  package = None
+  for line in ARCH.splitlines():
+    if line.startswith("#"):
+      heading = re.match(r"#### `(_\w+/\w+)/`", line)
+      package = heading[1] if heading else None
+    row = re.match(r"\| `(_[\w/]+\.py)` \|", line)
+    if row and package:
+      families[row[1]] = package
+  return families
+
+
+FAMILIES = _declared_families()
+
+
 def _family(module: str) -> str:
   """A package below a floor is one concept (``_simulation/random/``,
-  ``_transforms/shard_map/``): its modules share private names. A module
-  directly on a floor is a family of its own."""
-  parts = module.split(".")
-  return ".".join(parts[:3]) if len(parts) > 3 else module
+  ``_transforms/shard_map/``): its modules, those its section of
+  ARCHITECTURE.md lists, share private names. Any other module is a family
+  of its own."""
+  path = MODULES[module].relative_to(PKG).as_posix() if module in MODULES \
+      else module.split(".", 1)[-1].replace(".", "/") + ".py"
+  package = FAMILIES.get(path)
+  return "brainshard." + package.replace("/", ".") if package else module
+
+
+def test_family_membership_is_declared():
+  # Each module of a package below a floor is listed in that package's
+  # section (its family), and a section lists only its package's modules.
+  assert len(FAMILIES) > 40  # the parser found the sections' tables
+  outside = [f"{path} listed under {package}/"
+             for path, package in FAMILIES.items()
+             if not path.startswith(package + "/")]
+  unlisted = [str(p.relative_to(PKG)) for p in PKG.glob("_*/*/*.py")
+              if p.name != "__init__.py" and
+              p.relative_to(PKG).as_posix() not in FAMILIES]
+  assert not outside and not unlisted, outside + unlisted
 
 
 def _family_defs() -> dict[str, set[str]]:
