@@ -79,8 +79,9 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 # -- the templates ------------------------------------------------------------
 # ``{name}`` alone on a line takes a block of lines (indented as the line;
-# an empty block drops the line), anywhere else one string (generated.fill). Each
-# global the source reads is one of _namespace's, or a State by its name.
+# an empty block drops the line), anywhere else one string (generated.fill).
+# Each global the source reads is one of _namespace's, or a State by its
+# name.
 #
 # The slots are read and written back inside the owner's window or under
 # SLOT_LOCK (threads.py: WINDOW). The window is two attribute stores; the
@@ -91,10 +92,10 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 # three-argument ``__exit__``, measured at twice the cost of the calls).
 ENTRY = """\
 def entry({params}):
-  # {name}'s call, generated for its States (brainshard/_core/program/fastcall.py)
+  # {name}'s call, generated for its States (_core/program/fastcall.py)
   try:
     mode = thread.mode
-    if not mode or not ({at_top_level}):  # a frame on the stack, or a foreign trace
+    if not mode or not ({at_top_level}):  # a frame, or a foreign trace
       return generic_call({passed})
     if mode == {owner}:  # the owner thread: its lock-free window
       busy = window.busy
@@ -114,7 +115,7 @@ def entry({params}):
         release_slots()
       else:
         window.busy = busy
-  except Rediscover as err:  # a trace found new States: a new program, called again
+  except Rediscover as err:  # a trace found new States: grow, call again
     return retry(err, {passed})
 """
 
@@ -135,10 +136,10 @@ def entry({params}):
 # instructions and 0.7% of a one-State one's (ANALYSIS.md, eleventh pass).
 # Anything else falls through to the general path, inside the same window.
 USUAL_CALL = """\
-elif {usual}:  # the usual call: nothing lent, nothing held
+elif {usual}:  # the usual call: nothing lent or held
   try:
     {call}
-    if new.__class__ is list:  # the step returned None: its written values alone
+    if new.__class__ is list:  # the step returned None: its written values
       {write_back}
       return None
     out, new = new
@@ -157,7 +158,7 @@ jitted = donating_all
 {donation_tests}
 {placement_checks}
 {call}
-if new.__class__ is list:  # the step returned None: its written values alone
+if new.__class__ is list:  # the step returned None: its written values
   out = None
 else:
   out, new = new

@@ -55,7 +55,8 @@ if args:
 # No inline check possible: the program's place() puts every input where
 # it goes, on every call.
 PLACE_AND_CALL = """\
-cand_placed, rest_placed, args_placed, kwargs_placed = place(program, [{cand}], [{rest}], {passed})
+cand_placed, rest_placed, args_placed, kwargs_placed = place(
+    program, [{cand}], [{rest}], {passed})
 new = jitted({states}*args_placed, **kwargs_placed)
 """
 
