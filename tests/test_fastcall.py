@@ -1,6 +1,8 @@
-"""The generated per-plan call path (brainshard/_core/program/fastcall.py) keeps every
-behaviour of the generic one: pytree states and keyword arguments, many
-states, plan growth, errors, the function's signature, and no re-tracing.
+"""The generated per-plan call path (brainshard/_core/program/fastcall.py)
+keeps every behaviour of the generic one: pytree states and keyword
+arguments, many states, plan growth, errors, the function's signature, and
+no re-tracing. Its source is Python's to show: in linecache (tracebacks,
+pdb), returned by ``call_source()``, each State named after itself.
 Placement through the generated call is in test_placement.py."""
 
 import inspect
