@@ -8,10 +8,15 @@ from the source alone (pure AST, nothing imported, well under a second):
   count; ``if TYPE_CHECKING:`` ones do not, they never run);
 - no import circles, in the package and in benchmarks/ (a graph of its
   own: benchmarks import the package, never the other way);
-- no module reads another module's private (underscore) names, except
-  within one package below a floor (``_simulation/random/``) and
-  State's slot ``_value`` inside ``_core``; State and Frame declare the
-  internal surface the others use;
+- no module reaches another module's private (underscore) names -- reads
+  them, writes them (``state._value = v`` is not a definition), or uses
+  them in the Python source it generates (its templates' text) -- except
+  within one package below a floor (``_simulation/random/``), whose members
+  ARCHITECTURE.md lists in the package's section, and the names DECLARED
+  below (State's slot ``_value`` and mark ``_sig`` inside ``_core``);
+  State and Frame declare the internal surface the others use, and a
+  module generating source lists the private names its templates use
+  (``SOURCE_PRIVATE_NAMES``);
 - no stale module names (from before the package had floors) remain in
   the package, the docs or benchmarks/ANALYSIS.md;
 - no ``functools`` cache, which ``bs.clear_caches()`` could not clear.
@@ -52,12 +57,30 @@ def floor(module: str) -> int:
 
 class _Scan(ast.NodeVisitor):
   """One walk of a module: its imports that can run, the names it defines,
-  and the attributes it reads off anything but ``self``/``cls``."""
+  the private names it reaches on other objects, and the private names in
+  the Python source its strings hold (code it generates).
+
+  A name is defined by a ``def``, a ``class``, an assignment to a name or to
+  an attribute of ``self``/``cls``, a parameter, or a string that is just
+  that name (``__slots__``, ``object.__setattr__(self, "_x", ...)``). An
+  attribute of anything else is reached, not defined: read, or written
+  (``state._value = v``, ``del x._y``, ``setattr(x, "_y", v)``), and so is
+  ``getattr(x, "_y")``. Any other string is source text: each private name
+  in it (``"v._sig is None"``, ``f"{name}._value"``) is reached at its line,
+  and a module lists those its family does not define in
+  ``SOURCE_PRIVATE_NAMES``.
+  """
 
   def __init__(self, tree: ast.AST):
     self.imports: list[ast.Import | ast.ImportFrom] = []
     self.defined: set[str] = set()
-    self.reads: list[tuple[str, int]] = []
+    self.reads: list[tuple[str, int, str]] = []  # (name, line, how)
+    self.in_source: list[tuple[str, int]] = []
+    self.source_declared: tuple[str, ...] | None = None
+    self._docstrings = {
+        id(node.body[0].value) for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                             ast.AsyncFunctionDef)) and ast.get_docstring(node)}
     self.visit(tree)
 
   def visit_If(self, node: ast.If) -> None:
@@ -78,13 +101,30 @@ class _Scan(ast.NodeVisitor):
 
   visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _define
 
+  def visit_Assign(self, node: ast.Assign) -> None:
+    if [ast.unparse(t) for t in node.targets] == ["SOURCE_PRIVATE_NAMES"]:
+      self.source_declared = ast.literal_eval(node.value)  # not definitions
+    else:
+      self.generic_visit(node)
+
   def visit_Attribute(self, node: ast.Attribute) -> None:
-    if isinstance(node.ctx, ast.Store):
+    if not _is_self(node.value):
+      how = "reads" if isinstance(node.ctx, ast.Load) else "writes"
+      self.reads.append((node.attr, node.lineno, how))
+    elif not isinstance(node.ctx, ast.Load):
       self.defined.add(node.attr)
-    elif not (isinstance(node.value, ast.Name)
-              and node.value.id in ("self", "cls")):
-      self.reads.append((node.attr, node.lineno))
     self.generic_visit(node)
+
+  def visit_Call(self, node: ast.Call) -> None:
+    by_name = {"getattr": "reads", "hasattr": "reads", "setattr": "writes",
+               "delattr": "writes"}.get(getattr(node.func, "id", None))
+    if (by_name and len(node.args) >= 2 and not _is_self(node.args[0])
+        and isinstance(node.args[1], ast.Constant)):
+      self.reads.append((node.args[1].value, node.lineno, by_name))
+      for child in [node.args[0], *node.args[2:], *node.keywords]:
+        self.visit(child)
+    else:
+      self.generic_visit(node)
 
   def visit_Name(self, node: ast.Name) -> None:
     if isinstance(node.ctx, ast.Store):
@@ -94,8 +134,35 @@ class _Scan(ast.NodeVisitor):
     self.defined.add(node.arg)
 
   def visit_Constant(self, node: ast.Constant) -> None:
-    if isinstance(node.value, str):  # __slots__, keyword-built namespaces
+    if not isinstance(node.value, str) or id(node) in self._docstrings:
+      return
+    if node.value.isidentifier():  # __slots__, keyword-built namespaces
       self.defined.add(node.value)
+    else:
+      self._source(node.value, node.lineno)
+
+  def visit_JoinedStr(self, node: ast.JoinedStr) -> None:
+    # the text with ``{}`` for each value: f"{name}_value" is no private
+    # name, and f"_key_{n}" makes a name (a key), not source
+    text = "".join(v.value if isinstance(v, ast.Constant) else "{}"
+                   for v in node.values)
+    if not text.replace("{}", "x").isidentifier():
+      self._source(text, node.lineno)
+    for value in node.values:
+      if isinstance(value, ast.FormattedValue):
+        self.visit(value)
+
+  def _source(self, text: str, line: int) -> None:
+    self.in_source += [(name, line) for name in _PRIVATE_IN_TEXT.findall(text)]
+
+
+# A private name in source text: not part of a longer word, a path
+# (``brainshard/_core/program``) or a name made from a value (``{}_value``).
+_PRIVATE_IN_TEXT = re.compile(r"(?<![\w/}])_[A-Za-z]\w*(?![\w/])")
+
+
+def _is_self(node: ast.AST) -> bool:
+  return isinstance(node, ast.Name) and node.id in ("self", "cls")
 
 
 def scan(module: str) -> _Scan:
@@ -281,38 +348,96 @@ def test_architecture_md_links_only_inside_the_repository():
 
 # Names of other libraries that merely start with an underscore.
 FOREIGN = {"_getframe", "_exit", "_replace", "_asdict", "_fields", "_make",
-           "_is_owned"}  # (an RLock's: held by this thread)
-# Underscore names of a declared surface, and the package that may read
-# them: State's slot itself, read directly on the core's call path (one
-# attribute load per State per call, where a property would cost a call);
-# elsewhere it is ``state.slot``. And its creation number, the key under
-# which the clock of lends names the State (donation.LENDS), read by the
-# generated call when it is made.
-DECLARED = {"_value": "brainshard._core", "_order": "brainshard._core"}
+           "_is_owned",  # (an RLock's: held by this thread)
+           "_is_gil_enabled",  # (sys's, where the build has it)
+           "_register_atexit"}  # (threading's: runs before its threads join)
+# Underscore names of a declared surface, and the package that may reach
+# them (read, write, or use in generated source):
+# - State's slot itself, read and written directly on the core's call path
+#   (one attribute load per State per call, where a property would cost a
+#   call); elsewhere it is ``state.slot``;
+# - its mark (donation.py: None where a compiled call's own output is in the
+#   slot, read by nothing since), tested and reset by the same call path and
+#   by held.py's write-back, which put those outputs in;
+# - its creation number, the key under which the clock of lends names the
+#   State (donation.LENDS), read by the generated call when it is made;
+# - the note the checkpoint store leaves on an error it has explained, an
+#   attribute of its own on an exception object, so it explains it once.
+DECLARED = {"_value": "brainshard._core", "_sig": "brainshard._core",
+            "_order": "brainshard._core",
+            "_bs_noted": "brainshard._scaleout.checkpoint"}
+
+
+def _declared_families() -> dict[str, str]:
+  """``{module path: package}``: the modules ARCHITECTURE.md lists in the
+  table of a package's section (``#### `_core/program/`: ...``)."""
+  families: dict[str, str] = {}
+  package = None
+  for line in ARCH.splitlines():
+    if line.startswith("#"):
+      heading = re.match(r"#### `(_\w+/\w+)/`", line)
+      package = heading[1] if heading else None
+    row = re.match(r"\| `(_[\w/]+\.py)` \|", line)
+    if row and package:
+      families[row[1]] = package
+  return families
+
+
+FAMILIES = _declared_families()
 
 
 def _family(module: str) -> str:
   """A package below a floor is one concept (``_simulation/random/``,
-  ``_transforms/shard_map/``): its modules share private names. A module
-  directly on a floor is a family of its own."""
-  parts = module.split(".")
-  return ".".join(parts[:3]) if len(parts) > 3 else module
+  ``_transforms/shard_map/``): its modules, those its section of
+  ARCHITECTURE.md lists, share private names. Any other module is a family
+  of its own."""
+  path = MODULES[module].relative_to(PKG).as_posix() if module in MODULES \
+      else module.split(".", 1)[-1].replace(".", "/") + ".py"
+  package = FAMILIES.get(path)
+  return "brainshard." + package.replace("/", ".") if package else module
+
+
+def test_family_membership_is_declared():
+  # Each module of a package below a floor is listed in that package's
+  # section (its family), and a section lists only its package's modules.
+  assert len(FAMILIES) > 40  # the parser found the sections' tables
+  outside = [f"{path} listed under {package}/"
+             for path, package in FAMILIES.items()
+             if not path.startswith(package + "/")]
+  unlisted = [str(p.relative_to(PKG)) for p in PKG.glob("_*/*/*.py")
+              if p.name != "__init__.py" and
+              p.relative_to(PKG).as_posix() not in FAMILIES]
+  assert not outside and not unlisted, outside + unlisted
+
+
+def _family_defs() -> dict[str, set[str]]:
+  defs: dict[str, set[str]] = {}
+  for module in TREES:
+    defs.setdefault(_family(module), set()).update(scan(module).defined)
+  return defs
+
+
+def _reached(module: str, name: str, own: set[str]) -> bool:
+  """Whether ``module`` reaches another module's private ``name``."""
+  return (name.startswith("_") and not name.startswith("__")
+          and name not in own and name not in FOREIGN
+          and not module.startswith(DECLARED.get(name, "-") + "."))
 
 
 def private_reads() -> list[str]:
-  """``module: line: name`` for each private name a module reaches that
-  neither it nor its family defines."""
-  family_defs: dict[str, set[str]] = {}
-  for module in TREES:
-    family_defs.setdefault(_family(module), set()).update(scan(module).defined)
+  """``module: line: how name`` for each private name a module reaches --
+  reads, writes, or uses in the source it generates -- that neither it nor
+  its family defines."""
+  family_defs = _family_defs()
   found = []
   for module in TREES:
     own = family_defs[_family(module)]
-    found += [f"{module}:{line}: reads .{name}"
-              for name, line in scan(module).reads
-              if name.startswith("_") and not name.startswith("__")
-              and name not in own and name not in FOREIGN
-              and not module.startswith(DECLARED.get(name, "-") + ".")]
+    found += [f"{module}:{line}: {how} .{name}"
+              for name, line, how in scan(module).reads
+              if _reached(module, name, own)]
+    found += [f"{module}:{line}: generates source using {name}"
+              for name, line in scan(module).in_source
+              if _reached(module, name, own)]
     for node in scan(module).imports:
       src = getattr(node, "module", None) or ""
       if src.startswith("brainshard") and _family(src) != _family(module):
@@ -322,10 +447,71 @@ def private_reads() -> list[str]:
   return found
 
 
+def undeclared_source_names() -> list[str]:
+  """Per module, the private names in its source text that its family does
+  not define, against its ``SOURCE_PRIVATE_NAMES``: each one used must be
+  declared there, each one declared used."""
+  family_defs = _family_defs()
+  found = []
+  for module in TREES:
+    s = scan(module)
+    used = {name for name, _ in s.in_source}
+    foreign = used - family_defs[_family(module)] - FOREIGN
+    declared = set(s.source_declared or ())
+    found += [f"{module}: generates source using {name}, not in "
+              "SOURCE_PRIVATE_NAMES" for name in sorted(foreign - declared)]
+    found += [f"{module}: SOURCE_PRIVATE_NAMES lists {name}, which no "
+              "source text uses" for name in sorted(declared - used)]
+  return found
+
+
 def test_no_module_reads_another_modules_private_names():
   found = private_reads()
   assert not found, ("private names read across modules (declare them, see "
                      "State and Frame's internal surface):\n" + "\n".join(found))
+
+
+def test_private_names_in_generated_source_are_declared():
+  found = undeclared_source_names()
+  assert not found, "\n".join(found)
+
+
+def test_generated_source_is_scanned():
+  # the check above would pass vacuously if the templates were not seen
+  fastcall = scan("brainshard._core.program.fastcall")
+  assert {"_value", "_sig"} <= {name for name, _ in fastcall.in_source}
+  assert fastcall.source_declared == ("_value", "_sig")
+
+
+def test_the_private_name_check_sees_writes_and_generated_source():
+  tree = ast.parse(
+      "SOURCE_PRIVATE_NAMES = ('_value',)\n"
+      "def f(state, name):\n"
+      "  state._value = 1\n"         # State's slot: only inside _core
+      "  del state._placed\n"
+      "  setattr(state, '_sig', None)\n"
+      "  return getattr(state, '_order')\n"
+      "ENTRY = 'if x._sig is None:\\n  y = x._value'\n"
+      "PART = f'{name}._placed and {name}_value'\n")  # {}_value: a name's
+  TREES["brainshard._transforms.probe"] = tree
+  try:
+    found = [r for r in private_reads()
+             if r.startswith("brainshard._transforms.probe:")]
+    undeclared = [r for r in undeclared_source_names()
+                  if r.startswith("brainshard._transforms.probe:")]
+  finally:
+    del TREES["brainshard._transforms.probe"]
+  probe = "brainshard._transforms.probe:"
+  assert found == [probe + "3: writes ._value", probe + "4: writes ._placed",
+                   probe + "5: writes ._sig", probe + "6: reads ._order",
+                   probe + "7: generates source using _sig",
+                   probe + "7: generates source using _value",
+                   probe + "8: generates source using _placed"]
+  assert undeclared == [
+      "brainshard._transforms.probe: generates source using _placed, not in "
+      "SOURCE_PRIVATE_NAMES",
+      "brainshard._transforms.probe: generates source using _sig, not in "
+      "SOURCE_PRIVATE_NAMES"]
 
 
 def test_the_private_name_check_sees_a_private_read():

@@ -215,12 +215,12 @@ def test_kept_reference_stays_on_the_generated_fast_path(monkeypatch, layout):
 def _counting_refs(monkeypatch, step):
   """Records the ids of the values the generated call of ``step`` counts."""
   g = type(step).__call__.__globals__
-  rc, counted = g["_rc"], []
+  rc, counted = g["getrefcount"], []
 
   def count(x):  # one more reference than the generated call's own count
     counted.append(id(x))
     return rc(x) - 1
-  monkeypatch.setitem(g, "_rc", count)
+  monkeypatch.setitem(g, "getrefcount", count)
   return counted
 
 

@@ -1,9 +1,13 @@
-"""The generated per-plan call path (brainshard/_core/program/fastcall.py) keeps every
-behaviour of the generic one: pytree states and keyword arguments, many
-states, plan growth, errors, the function's signature, and no re-tracing.
+"""The generated per-plan call path (brainshard/_core/program/fastcall.py)
+keeps every behaviour of the generic one: pytree states and keyword
+arguments, many states, plan growth, errors, the function's signature, and
+no re-tracing. Its source is Python's to show: in linecache (tracebacks,
+pdb), returned by ``call_source()``, each State named after itself.
 Placement through the generated call is in test_placement.py."""
 
 import inspect
+import linecache
+import traceback
 import time
 
 import jax
@@ -60,7 +64,7 @@ def test_many_states_take_the_generic_path(monkeypatch, pack_from):
   program = step._core.program
   assert program.packed == (pack_from == 1)
   # the entry only passes the call on to the generic path
-  assert "_jitted" not in program.entry.__code__.co_names
+  assert "donating_all" not in program.entry.__code__.co_names
 
 
 def test_plan_growth_through_the_fast_path():
@@ -426,3 +430,133 @@ def test_a_call_from_a_host_callback_inside_a_call(n):
   np.testing.assert_array_equal(inner_state.value, [3.0 * n] * 2)
   assert _threads.WINDOW.busy == 0 and _threads.WINDOW.lockfree
   assert not _threads.SLOT_LOCK._is_owned()
+
+
+# -- the generated source: in linecache, printable, named for the States -------
+
+
+def _generated_frames(tb):
+  return [f for f in traceback.extract_tb(tb)
+          if "<generated call bs.jit(" in f.filename]
+
+
+@pytest.mark.parametrize("cleared", [False, True])
+def test_a_traceback_through_a_cached_call_shows_the_generated_line(cleared):
+  """A cached call that traces again (a new shape) runs the step's Python
+  from the generated call's line that calls the program: the traceback
+  shows that line, also after ``linecache.clearcache()`` (found again
+  through the frame's globals)."""
+  v = bs.State(jnp.zeros(3), name="v")
+
+  @bs.jit
+  def step(x):
+    if x.shape[0] > 3:
+      raise ValueError("too long")
+    v.value = v.value + x.sum()
+
+  step(jnp.ones(3))
+  step(jnp.ones(3))  # the generated call, compiled for float32[3]
+  if cleared:
+    linecache.clearcache()
+  with pytest.raises(ValueError, match="too long") as info:
+    step(jnp.ones(4))
+  (frame,) = _generated_frames(info.value.__traceback__)
+  assert frame.line == "new = donating_all(v._value, *args)"
+  assert "\n    new = donating_all(v._value, *args)\n" in "".join(
+      traceback.format_exception(info.value))
+  assert linecache.getline(frame.filename, frame.lineno).strip() == frame.line
+  assert step.call_source().splitlines()[frame.lineno - 1].strip() == frame.line
+  np.testing.assert_allclose(v.value, 6.0)
+
+
+def test_pdb_steps_through_the_generated_call():
+  """pdb stops in the generated call and lists its lines (linecache)."""
+  import io
+  import pdb
+  v = bs.State(jnp.zeros(3), name="v")
+
+  @bs.jit
+  def step():
+    v.value = v.value + 1.0
+
+  step()
+  out = io.StringIO()
+  debugger = pdb.Pdb(stdin=io.StringIO("next\nlist\ncontinue\n"), stdout=out,
+                     nosigint=True)
+  debugger.runcall(step)
+  shown = out.getvalue()
+  assert ".step)>(3)entry()\n-> try:" in shown
+  assert "->\t    mode = thread.mode" in shown
+  assert "if mode == 1:" in shown  # listed around the current line
+  np.testing.assert_allclose(v.value, 2.0)
+
+
+def test_call_source_names_each_state_and_keeps_them_apart():
+  """Each State is one global named after it: unnamed States ``state``,
+  names that are not identifiers made into one, names taken (by another
+  State, a keyword, the source's own names, a name the placement derives
+  from another) numbered. The call still reads and writes the right ones."""
+  names = [None, "v", "v", "window", "new", "class", "1x", "a b", "v_value",
+           "_hidden"]
+  states = [bs.State(jnp.full(2, float(i)), name=n)
+            for i, n in enumerate(names)]
+
+  @bs.jit
+  def step(x):
+    for i, s in enumerate(states):
+      s.value = s.value + x * (i + 1)
+
+  source = step.call_source(1.0)  # before the first call: traced, not run
+  for _ in range(3):
+    step(1.0)
+  entry = step._core.program.entry
+  named = {k: v for k, v in entry.__globals__.items()
+           if isinstance(v, bs.State)}
+  assert sorted(named) == sorted(
+      ["state", "v", "v_2", "window_3", "new_4", "state_class",
+       "state_1x", "a_b", "v_value_8", "hidden"])
+  assert {id(s) for s in named.values()} == {id(s) for s in states}
+  assert "v._value, v_2._value, window_3._value" in source
+  assert source == step.call_source()
+  for i, s in enumerate(states):
+    np.testing.assert_allclose(s.value, i + 3.0 * (i + 1))
+
+
+def test_call_source_of_a_placed_step_names_targets_after_states():
+  mesh = make_mesh((4,), ("x",))
+  v = bs.State(jnp.arange(8.0), name="v", spec=P("x"))
+
+  def body():
+    v.value = v.value * 2.0
+
+  step = bs.jit(bs.shard_map(body, mesh=mesh))
+  step()
+  source = step.call_source()
+  assert "v_value = v._value" in source
+  assert "v_value.sharding != v_target" in source
+  step()
+  np.testing.assert_allclose(v.value, np.arange(8.0) * 4.0)
+
+
+def test_the_generated_source_leaves_linecache_with_its_program():
+  """linecache keeps the source while the entry lives, not after; a
+  program made again meanwhile takes a name of its own."""
+  import gc
+  v = bs.State(jnp.zeros(2), name="v")
+
+  @bs.jit
+  def step():
+    v.value = v.value + 1.0
+
+  step()
+  entry = step._core.program.entry
+  first = entry.__code__.co_filename
+  assert first.endswith(".step)>") and first in linecache.cache
+  step.clear_cache()
+  step()
+  second = step._core.program.entry.__code__.co_filename
+  assert second == first[:-1] + " #2>"
+  del entry
+  gc.collect()
+  assert first not in linecache.cache and second in linecache.cache
+  assert linecache.getline(second, 1) == "def entry():\n"

@@ -87,9 +87,9 @@ def top_level_source() -> tuple[str, dict[str, Any]]:
     True
   """
   if _trace_slot is not None:
-    return ("_trace_slot.value is _eval_trace",
-            dict(_trace_slot=_trace_slot, _eval_trace=_eval_trace))
-  return "_at_top_level()", dict(_at_top_level=at_top_level)  # pragma: no cover
+    return ("trace_slot.value is eval_trace",
+            dict(trace_slot=_trace_slot, eval_trace=_eval_trace))
+  return "at_top_level()", dict(at_top_level=at_top_level)  # pragma: no cover
 
 
 _tree_leaves = _tree_util.tree_leaves

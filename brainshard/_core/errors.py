@@ -1,4 +1,6 @@
-"""Errors brainshard raises, and keeping library frames out of tracebacks."""
+"""The errors brainshard raises, and ``Rediscover``, the signal a trace raises
+when it finds new States. (Keeping library frames out of tracebacks is
+compat.py's: ``hide_from_tracebacks``, ``api_boundary``.)"""
 
 from __future__ import annotations
 

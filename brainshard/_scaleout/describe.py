@@ -62,6 +62,14 @@ class StateTable(list):
     (True, 2, 32)
   """
 
+  def __init__(self):
+    super().__init__()
+    self._devices: list = []  # per row, the devices holding it (describe)
+
+  def _add(self, row: StateInfo, devices) -> None:
+    self.append(row)
+    self._devices.append(devices)
+
   @property
   def bytes_per_device(self) -> int:
     """Bytes the rows take on the fullest device (if they share devices)."""
@@ -177,7 +185,6 @@ def describe(states: Any) -> StateTable:
       states, is_leaf=lambda x: isinstance(x, State))[0]
   seen: set[int] = set()
   table = StateTable()
-  table._devices = []
   states_in(states, "bs.describe")  # rejects leaves that are not States
   for path, state in paths:
     if id(state) in seen:
@@ -190,8 +197,7 @@ def describe(states: Any) -> StateTable:
       name = base + (jax.tree_util.keystr(leaf_path) if len(leaves) > 1
                      or leaf_path else "")
       row, devices = _row(name, state, x)
-      table.append(row)
-      table._devices.append(devices)
+      table._add(row, devices)
   return table
 
 

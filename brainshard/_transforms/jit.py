@@ -120,6 +120,33 @@ class JittedFunction:
     (discovered and grown as a call would), e.g. to inspect its inputs."""
     return self._core.with_program(args, kwargs, action)
 
+  def call_source(self, *args, **kwargs) -> str:
+    """The Python that calling this function runs around the compiled
+    program: read the States' slots, choose what to donate, call, write the
+    results back. It is generated for the States the function touches
+    (_core/program/fastcall.py) and made again when that set grows; a
+    traceback through a call shows its lines (``<generated call
+    bs.jit(step)>``), and pdb steps through them. Before the first call,
+    the States are found from a call with these arguments, traced, not run
+    (as :meth:`lower` does).
+
+    Example:
+      >>> import brainshard as bs, jax.numpy as jnp
+      >>> v = bs.State(jnp.zeros(3), name='v')
+      >>> @bs.jit
+      ... def step(dt):
+      ...   v.value = v.value + dt
+      >>> source = step.call_source(0.1)
+      >>> print(source.splitlines()[0])
+      def entry(*args, **kwargs):
+      >>> print(*[line.strip() for line in source.splitlines()
+      ...         if "= donating_all(" in line], sep="\\n")
+      new = donating_all(v._value, *args, **kwargs)
+      new = donating_all(v._value, *args)
+      new = donating_all(v._value)
+    """
+    return self._core.with_program(args, kwargs, lambda p: p.source)
+
   def trace(self, *args, **kwargs) -> Any:
     """``jax.stages.Traced`` of the program for these arguments and the
     States' current values (its jaxpr takes the States' values first)."""

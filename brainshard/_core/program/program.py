@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 import jax
 
 from brainshard._core import caches, compat, interrupts
-from brainshard._core.program import donation, fastcall
+from brainshard._core.program import donation, fastcall, generated
 from brainshard._core.args import StaticArgs, fun_name
 from brainshard._core.discovery import DiscoveryCache, evaluate
 from brainshard._core.errors import Rediscover
@@ -127,6 +127,11 @@ class Program:
     self.j_all = self._v_all[0]  # the generated call's usual program
     self.check_refs = self.auto and self.donates_all
     self.entry = fastcall.make_entry(self)  # entry(*args, **kwargs)
+
+  @property
+  def source(self) -> str:
+    """The Python source of :attr:`entry` (fastcall.py)."""
+    return generated.source_of(self.entry)
 
   def variant(self, mask: tuple[bool, ...]) -> tuple[Any, bool]:
     """``(jitted, packed)``: the ``jax.jit`` that donates the candidates
