@@ -54,7 +54,7 @@ from brainshard._simulation.monitors.records import SpikeData
 from brainshard._transforms.loops import for_loop
 from brainshard._transforms.shard_map.shard_map import shard_map
 from brainshard._models.delays import ring_length
-from brainshard._models.delivery.push import deliver
+from brainshard._models.delivery.push import clear_slots, deliver
 from brainshard._models.delivery.events import EVENT_SIZES
 from brainshard._models.delivery.index import SynapseIndex
 
@@ -71,6 +71,8 @@ class Delivery:
     every: steps per spike exchange (``1 <= every <= index.min_delay``);
       ``None`` takes ``index.min_delay``.
     sizes: fired-neuron search sizes (see ``events.py``).
+    kernel: ``deliver``'s kernel: ``"auto"`` (native on CPU where numba is
+      installed, else XLA), ``"native"`` or ``"xla"``; the same spikes.
     name: prefix of the States' names.
 
   States: ``index`` (ParamState), ``buffer`` ``[R, L, n]``, ``current``
@@ -80,7 +82,7 @@ class Delivery:
 
   def __init__(self, index: SynapseIndex, mesh: Any, *, axis: str = "x",
                every: int | None = None, sizes: Sequence[int] = EVENT_SIZES,
-               name: str = "delivery"):
+               kernel: str = "auto", name: str = "delivery"):
     if axis not in mesh.shape:
       raise ValueError(f"Delivery: the mesh has axes {tuple(mesh.shape)}, "
                        f"not {axis!r}.")
@@ -101,6 +103,10 @@ class Delivery:
           f"[1, min_delay = {index.min_delay}]: a spike must not be needed "
           "before the exchange that carries it.")
     self.mesh, self.axis, self.every, self.sizes = mesh, axis, every, sizes
+    if kernel not in ("auto", "native", "xla"):
+      raise ValueError(f"Delivery: kernel must be 'auto', 'native' or 'xla', "
+                       f"got {kernel!r}.")
+    self.kernel = kernel
     # Long rows by windows on CPU; elsewhere a loop iteration costs kernel
     # launches, so 16 neurons an iteration as before (not measured on GPU).
     cpu = mesh.devices.flat[0].platform == "cpu"
@@ -143,9 +149,8 @@ class Delivery:
   def _block(self, update: Callable) -> jax.Array:
     m, t0 = self.every, self.t.value
     # Clear the slots this call consumes (read into `current` last call).
-    buf = jax.lax.dynamic_update_slice_in_dim(
-        self.buffer.value, jnp.zeros_like(self.current.value).swapaxes(0, 1),
-        t0 % self.length, axis=1)
+    index = self.index.value
+    buf = clear_slots(self.buffer.value, t0, m, index, self.kernel)
 
     def one(inputs):
       spikes = update(inputs)
@@ -161,10 +166,9 @@ class Delivery:
     else:
       spikes = for_loop(one, self.current.value)           # [m, n_local]
     fired = self._gather(spikes)                            # [m, n]
-    index = self.index.value
     buf = jax.lax.fori_loop(
         0, m, lambda k, b: deliver(b, fired[k], t0 + k, index, self.sizes,
-                            self.width),
+                                   self.width, kernel=self.kernel),
         buf)
     nxt = jax.lax.dynamic_slice_in_dim(buf, (t0 + m) % self.length, m, 1)
     self.buffer.value, self.current.value = buf, nxt.swapaxes(0, 1)

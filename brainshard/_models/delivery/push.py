@@ -32,15 +32,18 @@ Example:
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
 
 from brainshard._models.delivery.events import EVENT_SIZES, first_fired
+from brainshard._models.delivery import native
 from brainshard._models.delivery.index import SynapseIndex
 
-__all__ = ["deliver", "deliver_ids", "deliver_windows"]
+__all__ = ["deliver", "clear_slots", "deliver_xla", "deliver_ids",
+           "deliver_windows"]
 
 
 def _targets(index: SynapseIndex, take, t, shape) -> jax.Array:
@@ -112,9 +115,79 @@ def deliver_windows(buf: jax.Array, ids: jax.Array, count, t,
 
 def deliver(buf: jax.Array, fired: jax.Array, t, index: SynapseIndex,
             sizes: Sequence[int] = EVENT_SIZES, width: int | None = 1024,
-            chunk: int = 16) -> jax.Array:
-  """:func:`deliver_ids` for the global spike vector ``fired [n_pre]``
-  (bool) of step ``t``, visiting only the neurons that fired.
+            chunk: int = 16, kernel: str = "auto") -> jax.Array:
+  """Adds the synapses of the neurons that fired in step ``t`` (``fired
+  [n_pre]``, bool) into the ring buffer ``buf [R, L, n_local]`` at slot
+  ``(t + delay) % L``: per target, in global presynaptic order, then CSR
+  order, whichever kernel runs.
+
+  ``kernel``: ``"native"`` (the numba loop of :mod:`.native`, CPU only:
+  numba must be installed), ``"xla"`` (:func:`deliver_xla`; ``sizes``,
+  ``width`` and ``chunk`` shape it), or ``"auto"``: native on CPU where
+  numba is installed and the buffer and index dtypes suit it, else XLA.
+  Both give the same buffer bit for bit.
+  """
+  _check(fired, index)
+  if index.post.shape[0] == 0 or index.max_degree == 0:
+    return buf
+  xla = partial(deliver_xla, sizes=sizes, width=width, chunk=chunk)
+  if not _native(kernel, buf, index):
+    return xla(buf, fired, t, index)
+  return _on_cpu(lambda *a: native.push(*a, tangent=xla), xla,
+                 buf, fired, t, index)
+
+
+def clear_slots(buf: jax.Array, start, count: int, index: SynapseIndex,
+                kernel: str = "auto") -> jax.Array:
+  """``buf [R, L, n_local]`` with its ``count`` slots from ``start % L`` on
+  set to 0 (``count`` static; the slots must not wrap past ``L``, as a
+  ring of whole exchange blocks never does). Where :func:`deliver` runs
+  the native kernel the clear is native too: XLA copies the whole buffer
+  twice a step when its own in-place update meets the native call's in one
+  loop body (see ``native.clear``)."""
+  def xla(buf, start):
+    zeros = jnp.zeros((buf.shape[0], count, buf.shape[2]), buf.dtype)
+    return jax.lax.dynamic_update_slice_in_dim(buf, zeros,
+                                               start % buf.shape[1], axis=1)
+  start = jnp.asarray(start, jnp.int32)
+  if not _native(kernel, buf, index):
+    return xla(buf, start)
+  return _on_cpu(lambda b, s: native.clear(b, s, count), xla, buf, start)
+
+
+def _native(kernel: str, buf, index: SynapseIndex) -> bool:
+  """Whether ``kernel`` (``'auto'``, ``'native'``, ``'xla'``) means the
+  native kernel for this buffer and index."""
+  if kernel not in ("auto", "native", "xla"):
+    raise ValueError(f"deliver: kernel must be 'auto', 'native' or 'xla', "
+                     f"got {kernel!r}.")
+  if kernel == "native" and not native.available():
+    raise ValueError("deliver: kernel='native' needs numba (pip install "
+                     "'brainshard[native]').")
+  return kernel != "xla" and native.available() and native.supports(
+      buf, index)
+
+
+def _on_cpu(cpu, default, *args):
+  # The native kernels are registered for CPU only: lowering for another
+  # platform keeps only that platform's branch (no conditional, no copy).
+  return jax.lax.platform_dependent(*args, cpu=cpu, default=default)
+
+
+def _check(fired, index) -> None:
+  n_pre = index.indptr.shape[0] - 1
+  if fired.shape != (n_pre,):
+    raise ValueError(
+        f"deliver: fired has shape {fired.shape}, the index expects "
+        f"({n_pre},) presynaptic neurons (n_pre).")
+
+
+def deliver_xla(buf: jax.Array, fired: jax.Array, t, index: SynapseIndex,
+                sizes: Sequence[int] = EVENT_SIZES, width: int | None = 1024,
+                chunk: int = 16) -> jax.Array:
+  """:func:`deliver` in XLA: :func:`deliver_ids` for the global spike
+  vector ``fired [n_pre]`` (bool) of step ``t``, visiting only the neurons
+  that fired.
 
   The fired ids are found ``max(sizes)`` at a time (one pass unless more
   fired) and delivered in a ``while`` loop: rows of up to ``width / 2``
@@ -130,13 +203,10 @@ def deliver(buf: jax.Array, fired: jax.Array, t, index: SynapseIndex,
   launches; on a CPU, 16 neurons x ``max_degree`` lanes cost ~10x the
   events at the microcircuit's degrees, max 6,723 and ~3,900 on average).
   """
-  n_pre = index.indptr.shape[0] - 1
-  if fired.shape != (n_pre,):
-    raise ValueError(
-        f"deliver: fired has shape {fired.shape}, the index expects "
-        f"({n_pre},) presynaptic neurons (n_pre).")
+  _check(fired, index)
   if index.post.shape[0] == 0 or index.max_degree == 0:
     return buf
+  n_pre = index.indptr.shape[0] - 1
   cap = min(max(sizes), n_pre)
   # Short rows (at most width / 2 synapses per neuron): several neurons per
   # iteration, lanes padded to max_degree; long rows: windows of a row.
