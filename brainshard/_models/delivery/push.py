@@ -33,7 +33,7 @@ Example:
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -42,8 +42,14 @@ from brainshard._models.delivery.events import EVENT_SIZES, first_fired
 from brainshard._models.delivery import native
 from brainshard._models.delivery.index import SynapseIndex
 
+# Slots per window of a long row (deliver_windows): XLA:CPU's scatter costs
+# less a slot over 256 slots than over 1,024 (2.0-2.2 vs 2.5-2.6 ns a
+# Brunel event; 2,048 and more: 5-9 ns, another code path), and the
+# microcircuit's rows cost the same either way (benchmarks delivery).
+WINDOW = 256
+
 __all__ = ["deliver", "clear_slots", "deliver_xla", "deliver_ids",
-           "deliver_windows"]
+           "deliver_windows", "push_rows", "row_lanes"]
 
 
 def _targets(index: SynapseIndex, take, t, shape) -> jax.Array:
@@ -58,25 +64,54 @@ def _targets(index: SynapseIndex, take, t, shape) -> jax.Array:
   return (rec * length + slot) * n_local + i32(take(index.post))
 
 
+def row_lanes(indptr: jax.Array, ids: jax.Array, max_degree: int,
+              capacity: int):
+  """The CSR rows of ``ids`` (presynaptic ids; ``n_pre`` = none) as lanes
+  padded to ``max_degree``: slots ``pos [k, max_degree]`` (int32, clipped
+  into ``capacity``) and ``ok [k, max_degree]``, the lanes that hold a
+  synapse. Delivery, integer counts and plasticity read rows this way.
+
+  >>> import jax.numpy as jnp
+  >>> pos, ok = row_lanes(jnp.array([0, 2, 3]), jnp.array([0, 2]), 2, 3)
+  >>> pos.tolist(), ok.tolist()
+  ([[0, 1], [2, 2]], [[True, True], [False, False]])
+  """
+  n_pre = indptr.shape[0] - 1
+  lanes = jnp.arange(max_degree, dtype=jnp.int32)
+  ids = jnp.asarray(ids, jnp.int32)
+  start = indptr[jnp.minimum(ids, n_pre)]  # n_pre reads indptr[n_pre]: no row
+  deg = indptr[jnp.minimum(ids + 1, n_pre)] - start
+  pos = jnp.minimum(start[:, None] + lanes, max(capacity - 1, 0))
+  return pos, lanes < deg[:, None]
+
+
+def push_rows(out: jax.Array, ids: jax.Array, indptr: jax.Array,
+              max_degree: int, capacity: int, target: Callable,
+              value: Callable) -> jax.Array:
+  """The one CSR push in XLA: ``out`` (flat) plus, for each of ``ids`` in
+  order and each synapse of its row in CSR order, ``value(pos)`` at
+  ``target(pos, ids)`` (``pos``: :func:`row_lanes`' slots; ``value`` may
+  return a scalar). Row-major ``[id, lane]``: XLA:CPU scatters in that
+  order, so each target sums in presynaptic, then CSR order; masked lanes
+  go out of range and are dropped."""
+  pos, ok = row_lanes(indptr, ids, max_degree, capacity)
+  dst = jnp.where(ok, target(pos, ids), out.shape[0]).reshape(-1)
+  v = value(pos)
+  return out.at[dst].add(v if jnp.ndim(v) == 0 else v.reshape(-1),
+                         mode="drop")
+
+
 def deliver_ids(buf: jax.Array, ids: jax.Array, t, index: SynapseIndex
                 ) -> jax.Array:
   """Adds the synapses of the presynaptic neurons ``ids`` (global ids,
   increasing; ``n_pre`` = none), fired in step ``t``, into ``buf`` at slot
   ``(t + delay) % L``. ``index`` holds this shard's block (per-shard shapes:
   ``indptr [n_pre + 1]``, ``post``/``weight``/... ``[capacity]``)."""
-  n_pre = index.indptr.shape[0] - 1
-  cap = index.post.shape[0]
-  lanes = jnp.arange(index.max_degree, dtype=jnp.int32)
-  start = index.indptr[ids]  # ids = n_pre reads indptr[n_pre]: degree 0
-  deg = index.indptr[jnp.minimum(ids + 1, n_pre)] - start
-  pos = jnp.minimum(start[:, None] + lanes, max(cap - 1, 0))
-  ok = lanes < deg[:, None]
-  flat = _targets(index, lambda a: a[pos], t, buf.shape)
-  # Row-major [fired, lane]: the scatter adds in CSR order, which is the
-  # global presynaptic order; masked lanes go out of range and are dropped.
-  flat = jnp.where(ok, flat, buf.size)
-  out = buf.reshape(-1).at[flat.reshape(-1)].add(
-      index.weight[pos].reshape(-1).astype(buf.dtype), mode="drop")
+  out = push_rows(
+      buf.reshape(-1), ids, index.indptr, index.max_degree,
+      index.post.shape[0],
+      lambda pos, _: _targets(index, lambda a: a[pos], t, buf.shape),
+      lambda pos: index.weight[pos].astype(buf.dtype))
   return out.reshape(buf.shape)
 
 
@@ -226,7 +261,7 @@ def deliver_xla(buf: jax.Array, fired: jax.Array, t, index: SynapseIndex,
     done = jnp.minimum(left, cap)
     if windows:
       buf = deliver_windows(buf, ids, done, t, index,
-                            min(width, index.max_degree))
+                            min(width, WINDOW, index.max_degree))
     else:
       part = lambda k, b: deliver_ids(  # noqa: E731
           b, jax.lax.dynamic_slice_in_dim(ids, k * chunk, chunk), t, index)
