@@ -21,22 +21,29 @@ needs_numba = pytest.mark.skipif(not native.available(),
                                  reason="numba is not installed")
 
 
-def _index(seed=0, n=40, k=9, dtypes=None):
+def _index(seed=0, n=40, k=9, dtypes=None, n_receptors=2):
   rng = np.random.default_rng(seed)
   syn = random_synapses(rng, n, n, k, delays=(1, 6))
-  idx = index_from_arrays(**syn, n=n, n_receptors=2)
+  if n_receptors == 1:
+    syn["receptor"] = 0 * syn["receptor"]
+  idx = index_from_arrays(**syn, n=n, n_receptors=n_receptors)
   if dtypes:
     idx = dataclasses.replace(idx, **{k: getattr(idx, k).astype(v)
                                       for k, v in dtypes.items()})
   return syn, idx
 
 
+# The loops of the usual field dtypes (uint16 or int32 post, uint8 delay,
+# no or uint8 receptor) and the one that reads any other dtypes.
 @needs_numba
-@pytest.mark.parametrize("dtypes", [None, dict(
-    delay=jnp.uint8, receptor=jnp.int8, post=jnp.int16), dict(
-    delay=jnp.int32, receptor=jnp.uint16, post=jnp.int32)])
-def test_native_equals_numpy_and_xla_bit_for_bit(dtypes):
-  syn, idx = _index(dtypes=dtypes)
+@pytest.mark.parametrize("dtypes, n_rec", [
+    (None, 2), (None, 1), (dict(post=jnp.int32), 2),
+    (dict(post=jnp.int32), 1),
+    (dict(delay=jnp.uint8, receptor=jnp.int8, post=jnp.int16), 2),
+    (dict(delay=jnp.int32, receptor=jnp.uint16, post=jnp.int32), 2),
+    (dict(delay=jnp.uint16), 1)])
+def test_native_equals_numpy_and_xla_bit_for_bit(dtypes, n_rec):
+  syn, idx = _index(dtypes=dtypes, n_receptors=n_rec)
   n, steps = 40, 5
   length = ring_length(idx.max_delay)
   rng = np.random.default_rng(1)
@@ -45,11 +52,12 @@ def test_native_equals_numpy_and_xla_bit_for_bit(dtypes):
   def run(kernel):
     @jax.jit
     def go(fired):
-      buf = jnp.zeros((2, length, n), jnp.float32)
+      buf = jnp.zeros((n_rec, length, n), jnp.float32)
       return jax.lax.fori_loop(0, steps, lambda t, b: deliver(
           b, fired[t], t, idx, kernel=kernel), buf)
     return np.asarray(go(fired))
-  want = ref_ring(syn, fired, n, length)
+  assert (idx.receptor is None) == (n_rec == 1)
+  want = ref_ring(syn, fired, n, length, n_rec)
   np.testing.assert_array_equal(run("native"), want)
   np.testing.assert_array_equal(run("xla"), want)
 
@@ -98,8 +106,8 @@ def test_a_loop_of_clear_and_push_copies_no_buffer():
   def run(buf, fired):
     def step(b, xs):
       t, f = xs
-      b = clear_slots(b, t, 1, idx)
-      return deliver(b, f, t, idx), None
+      b = clear_slots(b, t, 1, idx, kernel="native")
+      return deliver(b, f, t, idx, kernel="native"), None
     return jax.lax.scan(step, buf, (jnp.arange(4), fired))[0]
   text = jax.jit(run).lower(jnp.zeros((2, 7, 40)), jnp.zeros(
       (4, 40), bool)).compile().as_text()
@@ -109,10 +117,23 @@ def test_a_loop_of_clear_and_push_copies_no_buffer():
   assert len(copies) == 1, copies
 
 
+@needs_numba
+def test_auto_is_native_from_4m_synapses_a_shard(monkeypatch):
+  from brainshard._models.delivery import push
+  _, idx = _index()
+  lowered = lambda: jax.jit(lambda b: deliver(  # noqa: E731
+      b, jnp.ones(40, bool), 0, idx)).lower(jnp.zeros((2, 7, 40))).as_text()
+  assert push.NATIVE_MIN_SLOTS == 1 << 22 and "custom_call" not in lowered()
+  monkeypatch.setattr(push, "NATIVE_MIN_SLOTS", idx.capacity)
+  assert "custom_call" in lowered()
+
+
 def test_switched_off_or_missing_numba_runs_xla(monkeypatch):
+  from brainshard._models.delivery import push
   monkeypatch.setenv("BRAINSHARD_NATIVE_DELIVERY", "0")
   assert not native.available()
   _, idx = _index()
+  monkeypatch.setattr(push, "NATIVE_MIN_SLOTS", 0)
   text = jax.jit(lambda b: deliver(b, jnp.ones(40, bool), 0, idx)).lower(
       jnp.zeros((2, 7, 40))).as_text()
   assert "custom_call" not in text

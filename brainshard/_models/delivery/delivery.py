@@ -71,8 +71,9 @@ class Delivery:
     every: steps per spike exchange (``1 <= every <= index.min_delay``);
       ``None`` takes ``index.min_delay``.
     sizes: fired-neuron search sizes (see ``events.py``).
-    kernel: ``deliver``'s kernel: ``"auto"`` (native on CPU where numba is
-      installed, else XLA), ``"native"`` or ``"xla"``; the same spikes.
+    kernel: ``deliver``'s kernel: ``"auto"`` (native on CPU for an index of
+      4 M synapses a shard or more where numba is installed, else XLA),
+      ``"native"`` or ``"xla"``; the same spikes whichever runs.
     name: prefix of the States' names.
 
   States: ``index`` (ParamState), ``buffer`` ``[R, L, n]``, ``current``

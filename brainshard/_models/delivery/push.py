@@ -48,6 +48,13 @@ from brainshard._models.delivery.index import SynapseIndex
 # microcircuit's rows cost the same either way (benchmarks delivery).
 WINDOW = 256
 
+# kernel='auto' takes the native kernel from this many synapse slots a
+# shard: numba's start-up costs ~2-3 s a process (its own initialisation;
+# the loops themselves are cached on disk), which delivery recovers only
+# in large networks (Brunel's 15.6 M synapses at 40 Hz: ~1 s a simulated
+# second; a network of 4 M synapses at 10 Hz: ~0.1 s).
+NATIVE_MIN_SLOTS = 1 << 22
+
 __all__ = ["deliver", "clear_slots", "deliver_xla", "deliver_ids",
            "deliver_windows", "push_rows", "row_lanes"]
 
@@ -159,7 +166,8 @@ def deliver(buf: jax.Array, fired: jax.Array, t, index: SynapseIndex,
   ``kernel``: ``"native"`` (the numba loop of :mod:`.native`, CPU only:
   numba must be installed), ``"xla"`` (:func:`deliver_xla`; ``sizes``,
   ``width`` and ``chunk`` shape it), or ``"auto"``: native on CPU where
-  numba is installed and the buffer and index dtypes suit it, else XLA.
+  numba is installed, the buffer and index dtypes suit it and the shard
+  holds at least ``NATIVE_MIN_SLOTS`` (4 M) synapse slots, else XLA.
   Both give the same buffer bit for bit.
   """
   _check(fired, index)
@@ -199,8 +207,10 @@ def _native(kernel: str, buf, index: SynapseIndex) -> bool:
   if kernel == "native" and not native.available():
     raise ValueError("deliver: kernel='native' needs numba (pip install "
                      "'brainshard[native]').")
-  return kernel != "xla" and native.available() and native.supports(
-      buf, index)
+  if kernel == "xla" or not (native.available()
+                             and native.supports(buf, index)):
+    return False
+  return kernel == "native" or index.post.shape[0] >= NATIVE_MIN_SLOTS
 
 
 def _on_cpu(cpu, default, *args):
