@@ -12,6 +12,9 @@ the consumed slot, deliver the step's spikes), on one device. The kernels:
 read of the same arrays, and the plain loop in C (where gcc is). Cases are
 timed interleaved in one process, ``--repeats`` rounds; printed: the median
 CPU (and wall) ns per event and the median per-round ratio to ``xla``.
+On a GPU (``benchmarks/gpu.sh``) the wall time is the figure: the XLA
+kernel runs as Delivery runs it there (16 fired neurons an iteration),
+beside XLA's scatter alone; no native kernel, no C loop.
 
 Usage:
   python -m benchmarks delivery [--shapes brunel,microcircuit]
@@ -25,9 +28,10 @@ import statistics
 from benchmarks._harness import clock, parser, write_json
 
 
-def _kernel_program(kernel: str, length: int, steps: int):
+def _kernel_program(kernel: str, length: int, steps: int, width):
   """jit ``(buf, fired [steps, n], index) -> buf``: ``steps`` steps of
-  clearing slot ``t % length`` and delivering step ``t``'s spikes."""
+  clearing slot ``t % length`` and delivering step ``t``'s spikes (XLA's
+  ``width`` as Delivery passes it: 1024 on CPU, None elsewhere)."""
   import jax
   import jax.numpy as jnp
   from brainshard._models.delivery.push import clear_slots, deliver
@@ -37,7 +41,7 @@ def _kernel_program(kernel: str, length: int, steps: int):
     def step(buf, xs):
       t, f = xs
       buf = clear_slots(buf, t, 1, index, kernel)
-      return deliver(buf, f, t, index, kernel=kernel), None
+      return deliver(buf, f, t, index, width=width, kernel=kernel), None
     return jax.lax.scan(step, buf, (jnp.arange(steps), fired))[0]
   return run
 
@@ -61,10 +65,11 @@ def cases(shape: str, steps: int):
   buf = jnp.zeros((index.n_receptors, length, index.n_local), jnp.float32)
   fired = jnp.asarray(fired_np)
   out = {}
-  kernels = ["xla"] + (["native"] if native.available() else [])
+  cpu = dev.platform == "cpu"
+  kernels = ["xla"] + (["native"] if native.available() and cpu else [])
   results = {}
   for k in kernels:
-    prog = _kernel_program(k, length, steps)
+    prog = _kernel_program(k, length, steps, 1024 if cpu else None)
     results[k] = prog(buf, fired, index)
     out[k] = lambda prog=prog: prog(buf, fired, index)
   if "native" in results:
@@ -75,7 +80,7 @@ def cases(shape: str, steps: int):
   scatter, stream = limit.xla_programs(length, index.n_local)
   out["xla scatter (precomputed)"] = lambda: scatter(flat, w)
   out["xla stream (read only)"] = lambda: stream(flat, w)
-  extra = dict(index=index, fired=fired_np, length=length)
+  extra = dict(index=index, fired=fired_np, length=length, cpu=cpu)
   return out, n_events, extra
 
 
@@ -131,7 +136,8 @@ def main(argv: list[str] | None = None) -> dict:
     runs, n_events, extra = cases(shape, args.steps)
     got = measure(runs, args.repeats)
     c_loop = limit.c_loop_seconds(extra["index"], extra["fired"],
-                                  extra["length"], args.repeats)
+                                  extra["length"], args.repeats
+                                  ) if extra["cpu"] else []
     out[shape] = report(shape, got, n_events, c_loop)
     del runs, extra
   write_json(args.json, out)
