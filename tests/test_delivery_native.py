@@ -151,3 +151,20 @@ def test_native_takes_a_float32_buffer_and_weights():
   assert not native.supports(buf.astype(jnp.float16), idx)
   assert not native.supports(buf, dataclasses.replace(
       idx, weight=idx.weight.astype(jnp.bfloat16)))
+
+
+def test_a_numba_that_does_not_load_leaves_auto_on_xla(monkeypatch):
+  import sys
+  from brainshard._models.delivery import push
+  monkeypatch.setattr(native, "available", lambda: True)
+  monkeypatch.setattr(push, "NATIVE_MIN_SLOTS", 0)
+  from brainshard._models import delivery as package
+  monkeypatch.setitem(sys.modules, "brainshard._models.delivery.native_loop",
+                      None)  # its import raises ImportError
+  monkeypatch.delattr(package, "native_loop", raising=False)
+  monkeypatch.setattr(native, "_TARGETS", {})
+  _, idx = _index()
+  with pytest.warns(RuntimeWarning, match=r"did not load .*XLA kernel"):
+    text = jax.jit(lambda b: deliver(b, jnp.ones(40, bool), 0, idx)).lower(
+        jnp.zeros((2, 7, 40))).as_text()
+  assert "custom_call" not in text

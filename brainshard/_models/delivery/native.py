@@ -37,6 +37,7 @@ import dataclasses
 import importlib.util
 import os
 import threading
+import warnings
 from functools import partial
 from typing import Callable
 
@@ -46,13 +47,13 @@ import jax.numpy as jnp
 from brainshard._transforms.control import cast_varying, vma_tree
 from brainshard._models.delivery.index import SynapseIndex
 
-__all__ = ["available", "supports", "push", "clear"]
+__all__ = ["available", "loads", "supports", "push", "clear"]
 
 # Index field dtypes the loop reads (index.field_dtypes' and a few more).
 _INTS = ("uint8", "int8", "uint16", "int16", "int32", "uint32")
 
 _LOCK = threading.Lock()
-_TARGETS: dict = {}    # kind -> registered FFI target name
+_TARGETS: dict = {}    # kind -> FFI target name; "loaded" -> None or error
 _HANDLERS: list = []   # the cfuncs, kept alive while XLA holds them
 
 
@@ -62,6 +63,25 @@ def available() -> bool:
   if os.environ.get("BRAINSHARD_NATIVE_DELIVERY", "1") == "0":
     return False
   return importlib.util.find_spec("numba") is not None
+
+
+def loads() -> bool:
+  """Whether the numba side imports (tried once per process; numba's own
+  start-up, ~2 s). A numba that is installed but does not work (e.g. built
+  for another NumPy) is reported once and leaves ``kernel='auto'`` on the
+  XLA kernel; ``kernel='native'`` then raises its error."""
+  with _LOCK:
+    if "loaded" not in _TARGETS:
+      try:
+        from brainshard._models.delivery import native_loop  # noqa: F401
+        _TARGETS["loaded"] = None
+      except Exception as e:  # noqa: BLE001 - any failure means "use XLA"
+        _TARGETS["loaded"] = e
+        warnings.warn(f"brainshard: numba is installed but the native "
+                      f"delivery kernel did not load ({type(e).__name__}: "
+                      f"{e}); delivering with the XLA kernel.",
+                      RuntimeWarning, stacklevel=3)
+    return _TARGETS["loaded"] is None
 
 
 def supports(buf: jax.Array, index: SynapseIndex) -> bool:

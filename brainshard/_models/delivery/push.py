@@ -210,7 +210,9 @@ def _native(kernel: str, buf, index: SynapseIndex) -> bool:
   if kernel == "xla" or not (native.available()
                              and native.supports(buf, index)):
     return False
-  return kernel == "native" or index.post.shape[0] >= NATIVE_MIN_SLOTS
+  if kernel == "native":
+    return True
+  return index.post.shape[0] >= NATIVE_MIN_SLOTS and native.loads()
 
 
 def _on_cpu(cpu, default, *args):
