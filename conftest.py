@@ -21,6 +21,10 @@ if _FLAG not in os.environ.get("XLA_FLAGS", ""):
 # run it skip with importorskip).
 collect_ignore = ([] if importlib.util.find_spec("brainstate") else
                   ["examples/ei_brainstate.py"])
+# The native delivery kernel's numba side imports numba at the top (the
+# `native` extra); without it the XLA kernel runs and the module is unused.
+if not importlib.util.find_spec("numba"):
+  collect_ignore.append("brainshard/_models/delivery/native_loop.py")
 
 
 # Docstring examples that build and run a network or draw large samples

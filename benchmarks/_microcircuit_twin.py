@@ -17,8 +17,9 @@ What it mirrors, piece by piece:
   (``random_blocks.block_key``, whose threefry is written out unrolled,
   the library's own CPU sampler); the ring buffer of ``bm.Delivery._block``
   written out on arrays (its clear / update / deliver / read chain, with
-  ``every = 1``), delivering through the library kernel ``bm.deliver`` (a
-  pure function of arrays) with the sizes and window width Delivery passes.
+  ``every = 1``), clearing and delivering through the library kernels
+  ``clear_slots`` and ``bm.deliver`` (pure functions of arrays) with the
+  sizes, window width and kernel choice Delivery passes.
 - a chunk: ``jax.jit`` of a ``lax.scan`` over the chunk's global step
   indices (500 steps, the example's runner chunk), no donation (``bs.Runner``
   donates nothing, see runner.py), the spikes ORed into a word buffer
@@ -126,6 +127,7 @@ def make_step(net: dict):
   ``Microcircuit.step`` (``Delivery._block`` around ``_update``)."""
   from brainshard import models as bm
   from brainshard._models.delivery.events import EVENT_SIZES
+  from brainshard._models.delivery.push import clear_slots
   from examples.microcircuit.model import counts_from_cdf
   p, theta, v_reset = net["p"], net["theta"], net["v_reset"]
   ref_steps, w_ext, length = net["ref_steps"], net["w_ext"], net["length"]
@@ -148,9 +150,7 @@ def make_step(net: dict):
 
   def step(s, index, cdf, i_e):  # Delivery._block with every = 1
     t0 = s["t"]
-    buf = lax.dynamic_update_slice_in_dim(
-        s["buffer"], jnp.zeros_like(s["current"]).swapaxes(0, 1),
-        t0 % length, axis=1)
+    buf = clear_slots(s["buffer"], t0, 1, index)
     s, spikes = update(s, s["current"][0], cdf, i_e)
     fired = spikes[None]
     buf = lax.fori_loop(0, 1, lambda k, b: bm.deliver(

@@ -27,6 +27,10 @@ COMMANDS = {
     "connectivity": ("benchmarks.bench_connectivity", "bs.models.connect: "
                      "build time and peak memory against the index's bytes "
                      "(docs/models.md)"),
+    "delivery": ("benchmarks.bench_delivery", "delivery alone: CPU ns per "
+                 "synaptic event of bm.deliver's kernels (Brunel, the "
+                 "microcircuit) beside this machine's limit "
+                 "(docs/models_delivery.md)"),
     "random": ("benchmarks.bench_random", "bs.random inside and outside "
                "bs.shard_map against the draws it replaced and jax.random "
                "(docs/simulation.md)"),

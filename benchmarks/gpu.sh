@@ -7,7 +7,8 @@
 #
 # Sections, each under its own time limit so one slow section cannot take the
 # others' time: the machine, which call path bs.jit takes (dispatch-probe),
-# the dispatch ratios against pure JAX, the microcircuit at scale 0.1 and 1.0
+# the dispatch ratios against pure JAX, delivery alone (ns per synaptic event,
+# Brunel and the microcircuit), the microcircuit at scale 0.1 and 1.0
 # and CUBA at 40 k / 400 k / 4 M neurons (brainshard beside its pure-JAX twin),
 # the microcircuit's twin test on the GPU, and the quick test tier on this
 # machine's JAX (its CPU). GPU_SMOKE=1 shrinks every section (a check of the
@@ -46,10 +47,17 @@ else
   cuba=(--sizes "${GPU_CUBA_SIZES:-40000,400000,4000000}"
         --repeats "${GPU_CUBA_REPEATS:-1}")
 fi
-want() { [[ " ${GPU_SECTIONS:-probe dispatch microcircuit cuba tests} " == *" $1 "* ]]; }
+want() { [[ " ${GPU_SECTIONS:-probe dispatch delivery microcircuit cuba tests} " == *" $1 "* ]]; }
 want probe && section probe 30 $py -m benchmarks dispatch-probe
 want dispatch && section dispatch 100 $py -m benchmarks suite --quick \
   --only dispatch --no-peers --no-docs --name gpu_dispatch
+if [ "$smoke" = 1 ]; then
+  delivery=(--shapes brunel --steps 20 --repeats 1)
+else
+  delivery=(--steps "${GPU_DELIVERY_STEPS:-200}" --repeats "${GPU_DELIVERY_REPEATS:-5}")
+fi
+want delivery && section delivery "${GPU_DELIVERY_LIMIT:-240}" $py -m benchmarks \
+  delivery "${delivery[@]}" --json benchmarks/results/gpu_delivery.json
 want microcircuit && section microcircuit "${GPU_MC_LIMIT:-220}" $py -m benchmarks \
   nest --only microcircuit --impls brainshard,twin "${mc[@]}" --out gpu_microcircuit
 want cuba && section cuba "${GPU_CUBA_LIMIT:-300}" $py -m benchmarks nest \
@@ -67,6 +75,7 @@ if want tests; then
     echo "== quick_tier: skipped (no pytest-xdist here)"
   fi
 fi
+cp benchmarks/results/gpu_delivery.json "$out/" 2>/dev/null
 for f in gpu_dispatch gpu_microcircuit gpu_cuba; do
   cp benchmarks/results/$f.md benchmarks/results/$f.json "$out/" 2>/dev/null
 done

@@ -191,7 +191,7 @@ class Net:
   """The LIF network on a mesh of ``devices`` devices (Layout-padded)."""
 
   def __init__(self, syn, layout, drive, v0, devices, every=1,
-               axis_type=AxisType.Explicit):
+               axis_type=AxisType.Explicit, kernel="auto"):
     layout = layout.with_shards(devices)
     mesh = jax.make_mesh((devices,), ("x",), devices=jax.devices()[:devices],
                          axis_types=(axis_type,))
@@ -199,7 +199,7 @@ class Net:
     pad = lambda a: np.pad(a, (0, n - len(a))).astype(np.float32)  # noqa: E731
     idx = index_from_arrays(**syn, n=n, n_shards=devices, n_receptors=2,
                             mesh=mesh)
-    self.delivery = Delivery(idx, mesh, every=every)
+    self.delivery = Delivery(idx, mesh, every=every, kernel=kernel)
     self.v = bs.State(pad(v0), name="v", spec=P("x"))
     self.ie = bs.State(pad(v0 * 0), name="ie", spec=P("x"))
     self.ii = bs.State(pad(v0 * 0), name="ii", spec=P("x"))

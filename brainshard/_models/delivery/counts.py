@@ -33,7 +33,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from brainshard._models.delivery.events import fired_ids
+from brainshard._models.delivery.events import by_size, fired_ids
+from brainshard._models.delivery.push import push_rows
 
 __all__ = ["COUNT_SIZES", "hashed_presynaptic", "csr_from_table",
            "deliver_counts", "pull_counts"]
@@ -85,32 +86,17 @@ def deliver_counts(fired, indptr, indices, *, n_local, n_exc, max_degree,
   ``fired [n]``, visiting only the neurons that fired (push over the CSR of
   :func:`csr_from_table`); presynaptic ids below ``n_exc`` are excitatory."""
   n = fired.shape[0]
-  lanes = jnp.arange(max_degree, dtype=jnp.int32)
 
   def deliver(idx):  # idx [S]: neurons that fired, n = none
-    start = indptr[idx]  # idx = n reads indptr[n]: degree 0 below
-    deg = indptr[jnp.minimum(idx + 1, n)] - start
-    pos = jnp.minimum(start[:, None] + lanes, indices.shape[0] - 1)
-    tgt = indices[pos]
-    inh = (idx >= n_exc)[:, None]
-    slot = jnp.where(lanes < deg[:, None], tgt + inh * n_local, 2 * n_local)
     counts = jnp.zeros(2 * n_local + 1, jnp.int32)
-    return counts.at[slot.ravel()].add(1, mode="drop")
+    return push_rows(
+        counts, idx, indptr, max_degree, indices.shape[0],
+        lambda pos, ids: indices[pos] + (ids >= n_exc)[:, None] * n_local,
+        lambda pos: 1)
 
-  total = fired.sum()
-  sizes = [s for s in sizes if s < n] + [n]
-
-  # A chain of conds, not one lax.switch over every size: the first test
-  # (the usual few spikes) decides, and on XLA:CPU a many-way switch costs
-  # about as much as the small delivery itself. Counts are integers, so the
-  # ids need not be sorted.
-  def branch(i):
-    run = lambda: deliver(fired_ids(fired, sizes[i], sort=False))  # noqa: E731
-    if i == len(sizes) - 1:
-      return run
-    return lambda: jax.lax.cond(total <= sizes[i], run, branch(i + 1))
-
-  counts = branch(0)()
+  # Counts are integers, so the ids need not be sorted.
+  counts = by_size(fired.sum(), [s for s in sizes if s < n] + [n],
+                   lambda size: deliver(fired_ids(fired, size, sort=False)))
   return counts[:n_local], counts[n_local:2 * n_local]
 
 

@@ -54,7 +54,7 @@ from brainshard._simulation.monitors.records import SpikeData
 from brainshard._transforms.loops import for_loop
 from brainshard._transforms.shard_map.shard_map import shard_map
 from brainshard._models.delays import ring_length
-from brainshard._models.delivery.push import deliver
+from brainshard._models.delivery.push import clear_slots, deliver
 from brainshard._models.delivery.events import EVENT_SIZES
 from brainshard._models.delivery.index import SynapseIndex
 
@@ -72,6 +72,9 @@ class Delivery:
     every: steps per spike exchange (``1 <= every <= index.min_delay``);
       ``None`` takes ``index.min_delay``.
     sizes: fired-neuron search sizes (see ``events.py``).
+    kernel: ``deliver``'s kernel: ``"auto"`` (native on CPU for an index of
+      4 M synapses a shard or more where numba is installed, else XLA),
+      ``"native"`` or ``"xla"``; the same spikes whichever runs.
     name: prefix of the States' names.
     dtype: the ring buffer's float dtype (float64 needs ``jax_enable_x64``).
     receptors: how many receptors the neurons read (``inputs`` rows);
@@ -86,8 +89,8 @@ class Delivery:
 
   def __init__(self, index: SynapseIndex, mesh: Any, *, axis: str = "x",
                every: int | None = None, sizes: Sequence[int] = EVENT_SIZES,
-               name: str = "delivery", dtype: Any = jnp.float32,
-               receptors: int | None = None):
+               kernel: str = "auto", name: str = "delivery",
+               dtype: Any = jnp.float32, receptors: int | None = None):
     on_mesh(index, mesh, axis, "Delivery")
     every = steps_per_exchange(every, index, "Delivery")
     r = index.n_receptors if receptors is None else receptors
@@ -100,6 +103,10 @@ class Delivery:
     self.mesh, self.axis, self.every, self.sizes = mesh, axis, every, sizes
     # The time one call advances: a Runner of this step takes it as its dt.
     self.time_per_call = None if index.dt is None else index.dt * every
+    if kernel not in ("auto", "native", "xla"):
+      raise ValueError(f"Delivery: kernel must be 'auto', 'native' or 'xla', "
+                       f"got {kernel!r}.")
+    self.kernel = kernel
     # Long rows by windows on CPU; elsewhere a loop iteration costs kernel
     # launches, so 16 neurons an iteration as before (not measured on GPU).
     cpu = mesh.devices.flat[0].platform == "cpu"
@@ -144,9 +151,8 @@ class Delivery:
   def _block(self, update: Callable) -> jax.Array:
     m, t0 = self.every, self.t.value
     # Clear the slots this call consumes (read into `current` last call).
-    buf = jax.lax.dynamic_update_slice_in_dim(
-        self.buffer.value, jnp.zeros_like(self.current.value).swapaxes(0, 1),
-        t0 % self.length, axis=1)
+    index = self.index.value
+    buf = clear_slots(self.buffer.value, t0, m, index, self.kernel)
 
     def one(inputs):
       spikes = update(inputs)
@@ -162,10 +168,9 @@ class Delivery:
     else:
       spikes = for_loop(one, self.current.value)           # [m, n_local]
     fired = self._gather(spikes)                            # [m, n]
-    index = self.index.value
     buf = jax.lax.fori_loop(
         0, m, lambda k, b: deliver(b, fired[k], t0 + k, index, self.sizes,
-                            self.width),
+                                   self.width, kernel=self.kernel),
         buf)
     nxt = jax.lax.dynamic_slice_in_dim(buf, (t0 + m) % self.length, m, 1)
     self.buffer.value, self.current.value = buf, nxt.swapaxes(0, 1)

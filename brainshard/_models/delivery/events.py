@@ -5,9 +5,9 @@ cumulative sum over all ``n`` neurons) costs 0.6-1.5 ms a step at 77 k
 neurons, so :func:`fired_ids` takes a ``lax.top_k``-over-blocks path for
 small counts (unsorted, it also serves the integer-count kernels of
 :mod:`~brainshard._models.delivery.counts`) and :func:`first_fired` picks the
-smallest of a few fixed sizes that holds this step's spikes (a chain of
-``lax.cond``: the first test, the usual few spikes, decides; on XLA:CPU a
-many-way ``lax.switch`` costs about as much as a small delivery).
+smallest of a few fixed sizes that holds this step's spikes
+(:func:`by_size`, the one chain of ``lax.cond`` over sizes, which the
+integer-count kernels use too).
 
 The ids come back sorted (``top_k`` orders by value, not by id): every
 target then sums its inputs in global presynaptic order whatever the size
@@ -23,12 +23,12 @@ Example:
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 
-__all__ = ["EVENT_SIZES", "fired_ids", "first_fired"]
+__all__ = ["EVENT_SIZES", "fired_ids", "first_fired", "by_size"]
 
 # Sizes of the fired-id search (the first that holds the spikes runs); more
 # spikes than the largest are found in several passes (see delivery.py).
@@ -64,9 +64,9 @@ def first_fired(fired: jax.Array, count, cap: int,
                 sizes: Sequence[int] = EVENT_SIZES) -> jax.Array:
   """int32 ``[cap]``: the first ``min(count, cap)`` fired ids, increasing,
   then ``n`` (``count`` = how many fired, a traced int). Picks the smallest
-  of ``sizes`` that holds ``count`` (the chain of conds above); only these
-  small id vectors pass through the conds: a big operand (the ring buffer)
-  would be copied by every ``lax.cond`` on XLA:CPU."""
+  of ``sizes`` that holds ``count`` (:func:`by_size`); only these small id
+  vectors pass through the conds: a big operand (the ring buffer) would be
+  copied by every ``lax.cond`` on XLA:CPU."""
   n = fired.shape[0]
   cap = min(int(cap), n)
   sizes = sorted({int(s) for s in sizes if 0 < s < cap}) + [cap]
@@ -75,10 +75,25 @@ def first_fired(fired: jax.Array, count, cap: int,
     ids = fired_ids(fired, size)
     return jnp.pad(ids, (0, cap - size), constant_values=n)
 
+  return by_size(count, sizes, run)
+
+
+def by_size(count, sizes: Sequence[int], run: Callable[[int], Any]) -> Any:
+  """``run(size)`` for the first of ``sizes`` (increasing, static) that
+  holds ``count`` (a traced int), the last one otherwise: every kernel that
+  sizes its work by this step's spikes picks its size here.
+
+  A chain of ``lax.cond``, not one ``lax.switch``: the first test (the
+  usual few spikes) decides, and on XLA:CPU a many-way switch costs about
+  as much as a small delivery.
+
+  >>> import jax.numpy as jnp
+  >>> int(by_size(jnp.int32(5), [4, 16, 64], lambda s: jnp.int32(s)))
+  16
+  """
   def branch(i):
     if i == len(sizes) - 1:
       return lambda: run(sizes[i])
     return lambda: jax.lax.cond(count <= sizes[i], lambda: run(sizes[i]),
                                 branch(i + 1))
-
   return branch(0)()

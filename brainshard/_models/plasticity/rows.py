@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from brainshard._models.delivery.index import SynapseIndex
+from brainshard._models.delivery.push import row_lanes
 from brainshard._models.plasticity.history import PostHistory
 from brainshard._models.plasticity.pair_rule import (
     PairRule, pair_update, pre_trace)
@@ -44,15 +45,9 @@ __all__ = ["row_slots", "PairRows", "pair_rows", "Tsodyks2Rows",
 def row_slots(index: SynapseIndex, ids: jax.Array):
   """The slots ``pos [k, D]`` (int32, clipped into the index) of the rows
   of ``ids`` (global presynaptic ids; ``n_pre`` = none) in this shard's
-  block, and ``ok [k, D]``: the lanes that hold a synapse."""
-  n_pre = index.indptr.shape[0] - 1
-  cap = index.post.shape[0]
-  lanes = jnp.arange(index.max_degree, dtype=jnp.int32)
-  ids = jnp.asarray(ids, jnp.int32)
-  start = index.indptr[jnp.minimum(ids, n_pre)]
-  deg = index.indptr[jnp.minimum(ids + 1, n_pre)] - start
-  pos = jnp.minimum(start[:, None] + lanes, max(cap - 1, 0))
-  return pos, lanes < deg[:, None]
+  block, and ``ok [k, D]``: the lanes that hold a synapse (delivery's
+  :func:`~brainshard._models.delivery.push.row_lanes`)."""
+  return row_lanes(index.indptr, ids, index.max_degree, index.post.shape[0])
 
 
 def _put(array: jax.Array, pos, ok, values) -> jax.Array:
