@@ -14,7 +14,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = ["cuba", "spiking_demo", "ensemble", "train_snn", "two_areas",
             "scaleout", "ei_brainstate", "ei_brainshard", "ei_data",
-            "microcircuit"]
+            "microcircuit", "brunel"]
 
 
 def _run(*args):

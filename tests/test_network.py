@@ -125,6 +125,7 @@ def test_a_doubled_simulate_continues():
   np.testing.assert_allclose(sr.events['times'], [13.9] * 3 + [29.8] * 3)
 
 
+@pytest.mark.slow
 def test_nest_s_brunel_durations_run():
   """NEST's Brunel example simulates 1000 ms with 1.5 ms delays: the
   network exchanges spikes every 5 steps instead of refusing, and gives
@@ -145,9 +146,12 @@ def test_nest_s_brunel_durations_run():
     np.testing.assert_array_equal(events[key], every_step[key])
 
 
+@pytest.mark.slow
 def test_records_to_disk(tmp_path):
   """``Network(record_to=path)``: the recorders' records in a zarr store,
   equal to those kept in memory."""
+  pytest.importorskip("zarr", reason="needs zarr (brainshard[record])")
+
   def run(**kw):
     net = bm.Network(dt=0.1, seed=1, mesh=make_mesh((1,), ('x',)), **kw)
     E = net.create('iaf_psc_delta', 5, {'I_e': np.linspace(400, 600, 5)})
