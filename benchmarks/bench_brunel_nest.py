@@ -34,6 +34,7 @@ import json
 import os
 import pathlib
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -194,10 +195,12 @@ def speed(args) -> dict:
         r = in_child(dict(regime=args.regimes[0], scale=args.scale,
                           seeds=[seed], warmup=args.warmup,
                           duration=args.duration, threads=args.threads))[0]
+        e = stats({"E": r["E"]}, round(args.duration / 0.1), 0.1)["E"]
         row = {"build_s": r["build_s"], "compile_s": 0.0,
                "s_per_sim_s": r["run_s"] / (args.duration / 1e3),
                "cpu_s_per_sim_s": r["run_cpu_s"] / (args.duration / 1e3),
-               "peak_rss_mb": r["peak_rss_mb"]}
+               "peak_rss_mb": r["peak_rss_mb"], "rate_E": e["rate"],
+               "cv_E": e["cv"]}
       else:
         argv = ["--regime", args.regimes[0], "--scale", str(args.scale),
                 "--duration", str(args.duration / 1e3), "--warmup",
@@ -211,7 +214,8 @@ def speed(args) -> dict:
                "s_per_sim_s": r["s_per_simulated_s"],
                "cpu_s_per_sim_s": r["cpu_s_per_simulated_s"],
                "first_spike_s": r["first_spike_s"],
-               "peak_rss_mb": r.get("peak_rss_mb")}
+               "peak_rss_mb": r["peak_rss_mb"], "rate_E": r["rates"]["E"],
+               "cv_E": r["cv_isi"]["E"]}
       row["load"] = load
       rows[impl].append(row)
       print(impl, json.dumps({k: round(v, 3) for k, v in row.items()
@@ -221,9 +225,22 @@ def speed(args) -> dict:
           "nest_threads": args.threads, "runs": rows}
 
 
+def dumps(result: dict) -> str:
+  """JSON, one line per list of numbers (a seed's values side by side).
+
+  >>> print(dumps({'rate': [1.5, 2.0]}), end='')
+  {
+   "rate": [1.5, 2.0]
+  }
+  """
+  text = json.dumps(result, indent=1)
+  return re.sub(r"\[\s+([^\[\]{}]*?)\s+\]",
+                lambda m: "[" + " ".join(m.group(1).split()) + "]", text) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
   p = parser(__doc__, repeats=2, child=True)
-  p.add_argument("--regimes", default="AI,SI-fast",
+  p.add_argument("--regimes", default="AI,SI-fast,SR,SI-slow",
                  help="comma-separated regimes (default: %(default)s)")
   p.add_argument("--scale", type=float, default=0.1,
                  help="fraction of the neurons and in-degrees (default: "
@@ -252,6 +269,6 @@ def main(argv: list[str] | None = None) -> int:
   result = speed(args) if args.speed else reference(args)
   path = pathlib.Path(args.out or (SPEED if args.speed else REFERENCE))
   path.parent.mkdir(parents=True, exist_ok=True)
-  path.write_text(json.dumps(result, indent=1) + "\n")
+  path.write_text(dumps(result))
   print(f"written to {path}")
   return 0
