@@ -55,6 +55,7 @@ SLOW_DOCTESTS = frozenset({
     "brainshard._simulation.monitors.zarr_store.load_records",
     "brainshard.models",
     "brainshard.random",
+    "examples.brunel.model",
 })
 
 

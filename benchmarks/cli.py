@@ -24,6 +24,10 @@ COMMANDS = {
     "nest": ("benchmarks.bench_nest", "CUBA (4k-400k) and the microcircuit: "
              "brainshard vs its pure-JAX twin vs NEST 3, build, speed, CPU, "
              "memory (docs/nest.md; --docs)"),
+    "brunel-nest": ("benchmarks.bench_brunel_nest", "NEST's rates and CVs "
+                    "of Brunel's model A over seeds, the reference of "
+                    "tests/test_brunel.py (examples/brunel/nest_reference."
+                    "json); --speed: the example against NEST"),
     "connectivity": ("benchmarks.bench_connectivity", "bs.models.connect: "
                      "build time and peak memory against the index's bytes "
                      "(docs/models.md)"),

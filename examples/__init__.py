@@ -9,6 +9,9 @@ repository root with ``python -m examples.NAME --help``:
 - ``two_areas``: two areas on two sub-meshes (``bs.task``).
 - ``microcircuit``: the Potjans & Diesmann (2014) cortical microcircuit,
   scaled, with its NEST reference (``nest_reference``; docs/microcircuit.md).
+- ``brunel``: Brunel's (2000) model A as NEST's ``brunel_delta_nest``
+  example writes it, on ``bm.Network``, in the paper's four regimes, with
+  NEST's statistics of it (``nest_reference.json``; docs/brunel.md).
 - ``scaleout``: one script from one device to many processes.
 - ``ei_brainstate`` / ``ei_brainshard``: a brainstate model and its port
   (docs/migrating-from-brainstate.md); ``ei_data`` the network both build.

@@ -15,7 +15,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = ["cuba", "spiking_demo", "ensemble", "train_snn", "learn_sparse",
             "two_areas",
             "scaleout", "ei_brainstate", "ei_brainshard", "ei_data",
-            "microcircuit"]
+            "microcircuit", "brunel"]
 
 
 def _run(*args):

@@ -125,6 +125,47 @@ def test_a_doubled_simulate_continues():
   np.testing.assert_allclose(sr.events['times'], [13.9] * 3 + [29.8] * 3)
 
 
+@pytest.mark.slow
+def test_nest_s_brunel_durations_run():
+  """NEST's Brunel example simulates 1000 ms with 1.5 ms delays: the
+  network exchanges spikes every 5 steps instead of refusing, and gives
+  the spikes of exchanging every step."""
+  def run(**kw):
+    net = bm.Network(dt=0.1, seed=2, mesh=make_mesh((1,), ('x',)), **kw)
+    E = net.create('iaf_psc_delta', 20, {'I_e': 400.0, 'V_m': 0.0})
+    net.connect(E, E, {'rule': 'fixed_indegree', 'indegree': 5},
+                {'weight': 4.0, 'delay': 1.5})
+    sr = net.create('spike_recorder')
+    net.connect(E, sr)
+    net.simulate(100.0)
+    return net, sr.events
+  net, events = run()
+  assert net.exchange_every == 5 and len(events['times']) > 20
+  _, every_step = run(exchange_every=1)
+  for key in ('times', 'senders'):
+    np.testing.assert_array_equal(events[key], every_step[key])
+
+
+@pytest.mark.slow
+def test_records_to_disk(tmp_path):
+  """``Network(record_to=path)``: the recorders' records in a zarr store,
+  equal to those kept in memory."""
+  pytest.importorskip("zarr", reason="needs zarr (brainshard[record])")
+
+  def run(**kw):
+    net = bm.Network(dt=0.1, seed=1, mesh=make_mesh((1,), ('x',)), **kw)
+    E = net.create('iaf_psc_delta', 5, {'I_e': np.linspace(400, 600, 5)})
+    sr = net.create('spike_recorder')
+    net.connect(E[1:], sr)
+    net.simulate(40.0)
+    return sr.events
+  on_disk = run(record_to=tmp_path / 'run.zarr')
+  in_memory = run()
+  assert (tmp_path / 'run.zarr').is_dir() and len(in_memory['times']) > 4
+  for key in ('times', 'senders'):
+    np.testing.assert_array_equal(on_disk[key], in_memory[key])
+
+
 def test_nest_errors_name_what_to_change():
   mesh = make_mesh((1,), ('x',))
   net = bm.Network(dt=0.1, mesh=mesh)
@@ -147,9 +188,14 @@ def test_nest_errors_name_what_to_change():
                      "to 0 steps"):
     net.connect(E, D, 'one_to_one', {'delay': 0.04})
   net.connect(E, E, 'one_to_one', {'weight': 5.0, 'delay': 1.5})
-  with pytest.raises(ValueError, match=r"simulate\(1.0\): not a whole number "
-                     r"of exchange intervals \(15 steps"):
-    net.simulate(1.0)
+  with pytest.raises(ValueError, match=r"simulate\(0.05\): not a whole "
+                     r"number of steps of dt = 0.1 ms"):
+    net.simulate(0.05)
+  net.simulate(1.0)   # the first duration sets the interval: gcd(15, 10)
+  assert net.exchange_every == 5
+  with pytest.raises(ValueError, match=r"simulate\(0.3\): not a whole number "
+                     r"of exchange intervals \(5 steps"):
+    net.simulate(0.3)
   with pytest.raises(RuntimeError, match="create and connect everything "
                      "before"):
     net.create('iaf_psc_exp', 2)

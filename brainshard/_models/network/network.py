@@ -101,14 +101,16 @@ class Network:
     axis: the mesh axis the neurons are split over (default: the only one).
     dtype: the neurons' floats (float64 needs ``jax_enable_x64``).
     exchange_every: steps between spike exchanges (default: the shortest
-      delay, reduced so that every multimeter interval is a multiple).
-    chunk, progress: as ``bs.Runner``'s.
+      delay, reduced so that every multimeter interval and the first
+      ``simulate``'s (or ``compile``'s) duration are multiples).
+    chunk, progress, record_to: as ``bs.Runner``'s (``record_to``: a zarr
+      path the recorders' records go to, host memory staying flat).
   """
 
   def __init__(self, dt: float = 0.1, *, seed: int = 0, mesh: Any = None,
                axis: str | None = None, dtype: Any = jnp.float32,
                exchange_every: int | None = None, chunk: int | None = None,
-               progress: bool | str = False):
+               progress: bool | str = False, record_to: Any = None):
     self.dt = check_dt(dt, "Network")
     if isinstance(seed, (bool, np.bool_)) or not isinstance(
         seed, (int, np.integer)):
@@ -122,7 +124,7 @@ class Network:
                        "jax.config.update('jax_enable_x64', True) first.")
     self.mesh, self.axis = mesh_axis(mesh, axis, "Network", all_devices=True)
     self._exchange = exchange_every
-    self.chunk, self.progress = chunk, progress
+    self.chunk, self.progress, self.record_to = chunk, progress, record_to
     self._populations: list[tuple[str, NeuronModel, int]] = []
     self._projections: list[Projection] = []
     self._recorders: list[Recorder] = []
@@ -295,11 +297,14 @@ class Network:
             f"(0 .. {m.n_receptors - 1}).")
     return int(receptor)
 
-  def build(self) -> None:
+  def build(self, t: float | None = None) -> None:
     """Builds the layout, synapses, model groups, delivery and runner (the
-    first ``simulate`` calls it)."""
+    first ``simulate`` or ``compile`` calls it with its duration ``t``, ms:
+    NEST simulates any whole number of steps, so unless ``exchange_every``
+    was given the exchange interval divides ``t``'s steps)."""
     if self.built:
       return
+    first = None if t is None else self._dt_steps(t, "build")
     if not self._populations:
       raise ValueError("Network.build: no neurons; create some first.")
     layout = Layout([(label, n) for label, _, n in self._populations],
@@ -314,7 +319,7 @@ class Network:
                               axis=self.axis, dtype=self.dtype,
                               initial=self._initial)
                    for members in by_key.values()]
-    every = self._exchange_every(index.min_delay)
+    every = self._exchange_every(index.min_delay, first)
     self.delivery = Delivery(index, self.mesh, axis=self.axis, every=every,
                              name="network", dtype=self.dtype)
     self.step = self.delivery.step(self._update)
@@ -325,15 +330,17 @@ class Network:
       else:
         monitors.update(rec.monitors(every, self.dt, self._parts(rec)))
     self.runner = Runner(self.step, monitors, dt=self.dt * every,
-                         chunk=self.chunk, progress=self.progress)
+                         chunk=self.chunk, progress=self.progress,
+                         record_to=self.record_to)
 
-  def _exchange_every(self, min_delay: int) -> int:
+  def _exchange_every(self, min_delay: int, first: int | None) -> int:
     intervals = [rec.interval_steps(self.dt) for rec in self._recorders
                  if isinstance(rec, Multimeter)]
     every = self._exchange
     if every is None:
       every = min_delay
-      for k in intervals:
+      # e.g. NEST's Brunel example: 1000 ms with 1.5 ms delays, every 5 steps
+      for k in intervals + ([first] if first else []):
         every = math.gcd(every, k)
     elif not (isinstance(every, int) and 1 <= every <= min_delay) or any(
         k % every for k in intervals):
@@ -395,32 +402,43 @@ class Network:
 
   # -- running ---------------------------------------------------------------
 
-  def _steps(self, t: Any, what: str) -> int:
+  def _dt_steps(self, t: Any, what: str) -> int:
+    """``t`` ms in steps of ``dt``: a whole number, as NEST requires."""
     if isinstance(t, (bool, np.bool_)) or not isinstance(
         t, (int, float, np.integer, np.floating)) or not (
             math.isfinite(t) and t >= 0):
       raise ValueError(f"Network.{what}: t must be a non-negative number of "
                        f"ms, got {t!r}.")
+    steps = t / self.dt
+    if abs(steps - round(steps)) > 1e-9 * max(1.0, steps):
+      raise ValueError(f"Network.{what}({t}): not a whole number of steps "
+                       f"of dt = {self.dt} ms.")
+    return int(round(steps))
+
+  def _steps(self, t: Any, what: str) -> int:
+    self._dt_steps(t, what)
     block = self.dt * self.exchange_every
     blocks = t / block
     if abs(blocks - round(blocks)) > 1e-9 * max(1.0, blocks):
       raise ValueError(
           f"Network.{what}({t}): not a whole number of exchange intervals "
           f"({self.exchange_every} steps of dt = {self.dt} ms = {block:g} "
-          f"ms); simulate a multiple of {block:g} ms, or build with "
-          "exchange_every=1.")
+          f"ms, set by the shortest delay and the first simulate); simulate "
+          f"a multiple of {block:g} ms, or build with exchange_every=1.")
     return int(round(blocks))
 
   def simulate(self, t: float) -> None:
     """Simulates ``t`` ms (building first), continuing from where the
     last call stopped; recorders keep every call's records."""
-    self.build()
+    self._dt_steps(t, "simulate")
+    self.build(t)
     self.runner.run(self._steps(t, "simulate"))
 
   def compile(self, t: float) -> float:
     """Compiles, ahead of time, what ``simulate(t)`` will run (so that a
     timed simulate compiles nothing); returns the seconds it took."""
-    self.build()
+    self._dt_steps(t, "compile")
+    self.build(t)
     return self.runner.compile(self._steps(t, "compile"))
 
   @property
