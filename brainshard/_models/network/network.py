@@ -103,12 +103,14 @@ class Network:
     exchange_every: steps between spike exchanges (default: the shortest
       delay, reduced so that every multimeter interval is a multiple).
     chunk, progress: as ``bs.Runner``'s.
+    record_to: where the recorders' records go: None (memory) or a path,
+      a zarr record on disk (as ``bs.Runner``'s; ``bs.load_records``).
   """
 
   def __init__(self, dt: float = 0.1, *, seed: int = 0, mesh: Any = None,
                axis: str | None = None, dtype: Any = jnp.float32,
                exchange_every: int | None = None, chunk: int | None = None,
-               progress: bool | str = False):
+               progress: bool | str = False, record_to: Any = None):
     self.dt = check_dt(dt, "Network")
     if isinstance(seed, (bool, np.bool_)) or not isinstance(
         seed, (int, np.integer)):
@@ -120,7 +122,7 @@ class Network:
                        "jax.config.update('jax_enable_x64', True) first.")
     self.mesh, self.axis = _mesh_and_axis(mesh, axis)
     self._exchange = exchange_every
-    self.chunk, self.progress = chunk, progress
+    self.chunk, self.progress, self.record_to = chunk, progress, record_to
     self._populations: list[tuple[str, NeuronModel, int]] = []
     self._projections: list[Projection] = []
     self._recorders: list[Recorder] = []
@@ -319,11 +321,13 @@ class Network:
     monitors: dict[str, Any] = {}
     for rec in self._recorders:
       if isinstance(rec, SpikeRecorder):
-        monitors[rec.key] = rec.monitor(every, layout.n_padded)
+        monitors[rec.key] = rec.monitor(every, layout.n_padded,
+                                        self.mesh.shape[self.axis])
       else:
         monitors.update(rec.monitors(every, self.dt, self._parts(rec)))
     self.runner = Runner(self.step, monitors, dt=self.dt * every,
-                         chunk=self.chunk, progress=self.progress)
+                         chunk=self.chunk, progress=self.progress,
+                         record_to=self.record_to)
 
   def _exchange_every(self, min_delay: int) -> int:
     intervals = [rec.interval_steps(self.dt) for rec in self._recorders
