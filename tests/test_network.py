@@ -210,3 +210,19 @@ def test_a_device_draws_for_its_targets_only_with_the_whole_draws_counts(
     want[5:19] = 2.0 * np.asarray(pg.emit(c, t - 3, n, key))[5:19]
     np.testing.assert_array_equal(np.asarray(got(jnp.int32(t))), want)
   assert want[5:19].std() > 0
+
+
+@pytest.mark.slow
+def test_record_to_writes_the_recorders_to_disk(tmp_path):
+  mesh = make_mesh((1,), ('x',))
+  net = bm.Network(dt=0.1, mesh=mesh, record_to=tmp_path / 'run.zarr')
+  E = net.create('iaf_psc_delta', 3, {'I_e': 500.0})
+  I = net.create('iaf_psc_delta', 2, {'I_e': 600.0})
+  sr = net.create('spike_recorder', label='I_spikes')
+  net.connect(I, sr)
+  net.simulate(30.0)
+  rec = bs.load_records(tmp_path / 'run.zarr')['I_spikes']
+  assert len(rec.steps) == sr.n_events > 0
+  # on one shard a population's recorder records its slice: ids from 3
+  np.testing.assert_array_equal(rec.neurons + 3, sr.spikes.neurons)
+  np.testing.assert_array_equal(rec.steps, sr.spikes.steps)
