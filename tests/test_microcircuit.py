@@ -124,3 +124,14 @@ def test_rates_match_nest_at_scale_0_1():
   print(report)
   assert (m_nest > 0.1).all() and (se > 0).all(), report
   assert (np.abs(m_bs - m_nest) <= 3 * se).all(), report
+
+
+@pytest.mark.slow  # a build and compile at scale 0.01
+def test_the_docs_model_code_runs():
+  import re
+  text = (ROOT / "docs" / "microcircuit.md").read_text()
+  (block,) = re.findall(r"```python\n(.*?)```", text, re.S)
+  ns: dict = {}
+  exec(compile(block, "docs/microcircuit.md", "exec"), ns)
+  assert list(ns["rates"]) == list(params.POPULATIONS)
+  assert all(r > 0 for r in ns["rates"].values()), ns["rates"]
