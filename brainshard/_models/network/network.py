@@ -389,7 +389,8 @@ class Network:
       t = self.delivery.t.value
       for stim in self._stimuli:
         inputs, currents = stim.add(inputs, currents, t, ids, self.seed,
-                                    self.dt, self.dtype)
+                                    self.dt, self.dtype,
+                                    self.mesh.shape[self.axis])
     spikes = jnp.zeros(n_local, bool)
     for group in self.groups:
       spikes = spikes | group.step(inputs, currents, ids)
