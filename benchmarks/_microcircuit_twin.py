@@ -1,32 +1,34 @@
 """The pure-JAX twin of ``examples.microcircuit`` on one device: the same
 network, the same kernels, threaded by hand (``python -m benchmarks nest``'s
-``twin`` column, beside ``Microcircuit.runner()``).
+``twin`` column, beside the example's ``bm.Network``).
 
 What it mirrors, piece by piece:
 
-- the network: ``bm.connect(model.projections(...))`` exactly as
-  ``Microcircuit`` builds it (the same synapses), its index arrays taken out
-  once; the initial potentials drawn with a ``bs.RandomState`` as
-  ``Microcircuit.reset`` draws them. Nothing else of brainshard's State
-  machinery: the time-stepping has no ``bs.State``, ``bs.jit``,
-  ``bs.shard_map``, ``bs.Runner`` or monitor.
-- a step: the neuron update of ``Microcircuit._update`` (``model.propagators``,
-  ``poisson_cdf``, ``counts_from_cdf``); the background uniforms are the
-  bits ``bs.RandomState.uniform`` gives on one device: split the key, then
-  ``jax.random.uniform`` of the split-off key as a block key at counter 0
-  (``random_blocks.block_key``, whose threefry is written out unrolled,
-  the library's own CPU sampler); the ring buffer of ``bm.Delivery._block``
-  written out on arrays (its clear / update / deliver / read chain, with
-  ``every = 1``), clearing and delivering through the library kernels
-  ``clear_slots`` and ``bm.deliver`` (pure functions of arrays) with the
-  sizes, window width and kernel choice Delivery passes.
+- the network: the synapse index of the example's ``bm.Network`` (built by
+  ``Microcircuit``, or given), its arrays taken out once; the neurons'
+  constants and initial state from the library's ``iaf_psc_exp``
+  (``bm.IafPscExp.constants`` / ``init_state``, the per-neuron ``I_e`` in
+  float32 as ``ModelGroup`` keeps it) and ``model.initial_v``. Nothing else
+  of brainshard's State machinery: the time-stepping has no ``bs.State``,
+  ``bs.jit``, ``bs.shard_map``, ``bs.Runner``, monitor or ``bm.Network``.
+- a step (``Network._update`` inside ``Delivery._block``): each
+  population's ``poisson_generator`` drawn with the library device
+  (``bm.PoissonGenerator.emit`` at step ``t - 15``, the connection's key
+  ``fold_in(key(seed), 0x5EED + i)`` as a block key at the population's
+  first id: its window of the draw over all neurons, as ``Stimulus.add``),
+  times ``w_ext`` into receptor 0; the neuron update
+  ``bm.IafPscExp.update``; the ring buffer of ``Delivery._block`` written
+  out on arrays (clear / update / deliver / read, ``every = 1``, two
+  receptors), clearing and delivering through the library kernels
+  ``clear_slots`` and ``bm.deliver`` with the sizes, window width and
+  kernel choice Delivery passes.
 - a chunk: ``jax.jit`` of a ``lax.scan`` over the chunk's global step
-  indices (500 steps, the example's runner chunk), no donation (``bs.Runner``
-  donates nothing, see runner.py), the spikes ORed into a word buffer
-  (``spikes.record_spikes``), the index, background CDF and DC passed as
-  arguments as the Runner passes ParamStates; after each dispatch the
-  library's compaction program (``spikes.compact``, async copy to the host),
-  one chunk dispatched ahead (``ChunkedLoop.iterate``), then
+  indices (the example's chunk: 500 steps), no donation (``bs.Runner``
+  donates nothing), each population's spikes ORed into its own word buffer
+  (``spikes.record_spikes``: a ``spike_recorder`` per population, each
+  recording its population's slice); after each dispatch the library's
+  compaction program per buffer (``spikes.compact``, async copy to the
+  host), one chunk dispatched ahead (``ChunkedLoop.iterate``), then
   ``spikes.decode`` of the finished chunk with the Recorder's capacity
   growth. So the twin does the runner's recording work, minus its Python.
 
@@ -76,12 +78,11 @@ def plain(tree):
 def network(scale: float, k_scale: float, seed: int = 1, dt: float = 0.1,
             index=None) -> dict:
   """What ``Microcircuit(mesh, scale, k_scale, seed)`` holds, as arrays on
-  one device: ``index`` (the ``SynapseIndex``; built here as the example
-  builds it unless given, e.g. the example's own, to save a build), ``cdf``,
-  ``i_e``, the initial ``state`` and the update's constants (``p``,
-  ``theta``, ``v_reset``, ``ref_steps``, ``w_ext``; ``length``: ring
-  buffer slots)."""
-  import brainshard as bs
+  one device: ``index`` (the ``SynapseIndex``; built by the example unless
+  given, e.g. the example's own, to save a build), the neuron ``model``
+  and its ``consts``, the background ``stims`` (``(start, stop, device,
+  constants, key)`` per population), the initial ``state`` and ``w_ext``,
+  ``delay`` (steps), ``length`` (ring buffer slots)."""
   from brainshard import models as bm
   from examples.microcircuit import model, params
   names = params.POPULATIONS
@@ -89,69 +90,66 @@ def network(scale: float, k_scale: float, seed: int = 1, dt: float = 0.1,
   lay = bm.Layout({k: int(n) for k, n in zip(names, net.neurons)}, n_shards=1)
   if index is None:
     mesh = jax.make_mesh((1,), ("x",), devices=jax.devices()[:1])
-    index = bm.connect(model.projections(net), lay, dt=dt, seed=seed,
-                       mesh=mesh, axis="x")
-  if index.min_delay != 1 or index.n_shards != 1:
+    index = model.Microcircuit(mesh, scale, k_scale, seed,
+                               dt=dt).delivery.index.value
+  if index.min_delay != 1 or index.n_shards != 1 or index.n_receptors != 2:
     raise ValueError(
-        f"the twin writes out Delivery on one shard with every = 1; this "
-        f"index has {index.n_shards} shards, min_delay {index.min_delay}.")
+        f"the twin writes out Delivery on one shard with every = 1 and two "
+        f"receptors; this index has {index.n_shards} shards, min_delay "
+        f"{index.min_delay}, {index.n_receptors} receptors.")
   index = plain(index)  # out of the mesh, once
-  per = lambda v, dtype=np.float32: jnp.asarray(  # noqa: E731
-      bm.population_values(lay, dict(zip(names, v)), dtype=dtype))
   nrn = params.NEURON
-  lam = net.k_ext * params.BG_RATE * dt * 1e-3
-  cdf = jnp.asarray(model.poisson_cdf(bm.population_values(
-      lay, dict(zip(names, lam)), dtype=np.float64)))
-  # Microcircuit.reset: one normal draw, then the background draws.
-  rng = bs.RandomState(seed)
-  mean, std = per(params.V0_MEAN - nrn["E_L"]), per(params.V0_STD)
-  pad = bm.population_values(lay, dict(zip(names, np.ones(8))))
-  v0 = ((mean + std * rng.normal(size=lay.n_padded)) * pad).astype(jnp.float32)
+  i_e = bm.population_values(lay, dict(zip(names, net.dc)), dtype=np.float64)
+  neuron = bm.IafPscExp(
+      **{k: nrn[k] for k in ("E_L", "V_th", "V_reset", "C_m", "tau_m",
+                             "t_ref")},
+      tau_syn_ex=nrn["tau_syn"], tau_syn_in=nrn["tau_syn"], I_e=i_e)
+  consts = neuron.constants(neuron.params, dt)  # as ModelGroup keeps them
+  consts = {k: jnp.asarray(v, jnp.float32) if np.ndim(v) == 1 else v
+            for k, v in consts.items()}
+  state = neuron.init_state(lay.n_padded, jnp.float32, neuron.params)
+  for name, v0 in zip(names, model.initial_v(net, seed)):
+    start, stop = lay.range(name)
+    state["V_m"][start:stop] = v0
+  stims = []
+  for i, name in enumerate(names):  # connection i: population i's generator
+    pg = bm.PoissonGenerator(rate=float(params.BG_RATE * net.k_ext[i]))
+    start, stop = lay.range(name)
+    key = jax.random.fold_in(jax.random.key(seed), 0x5EED + i)
+    stims.append((start, stop, pg, pg.constants(dt), block_key(key, 0, start)))
   n, length = lay.n_padded, bm.ring_length(index.max_delay, 1)
-  state = dict(v=v0, i_syn=jnp.zeros(n, jnp.float32),
-               ref=jnp.zeros(n, jnp.int32), key=rng.value,
-               buffer=jnp.zeros((1, length, n), jnp.float32),
-               current=jnp.zeros((1, 1, n), jnp.float32),
+  state = dict(state, buffer=jnp.zeros((2, length, n), jnp.float32),
+               current=jnp.zeros((1, 2, n), jnp.float32),
                t=jnp.zeros((), jnp.int32))
-  return dict(index=index, cdf=cdf, i_e=per(net.dc), state=plain(state),
-              p=model.propagators(dt, nrn["tau_m"], nrn["tau_syn"], nrn["C_m"]),
-              theta=nrn["V_th"] - nrn["E_L"],
-              v_reset=nrn["V_reset"] - nrn["E_L"],
-              ref_steps=int(round(nrn["t_ref"] / dt)),
-              w_ext=net.weight_ext, length=length, n=n, layout=lay, dt=dt,
+  return dict(index=index, model=neuron, consts=plain(consts), stims=stims,
+              state=plain(state), w_ext=net.weight_ext,
+              delay=int(bm.delay_steps(params.DELAY_POISSON, dt)),
+              length=length, n=n, layout=lay, dt=dt,
               n_synapses=int(np.asarray(index.count).sum()))
 
 
 def make_step(net: dict):
-  """``step(state, index, cdf, i_e) -> (state, spikes)``: one step of
-  ``Microcircuit.step`` (``Delivery._block`` around ``_update``)."""
+  """``step(state, index, consts) -> (state, spikes)``: one step of the
+  example's network (``Delivery._block`` around ``Network._update``)."""
   from brainshard import models as bm
   from brainshard._models.delivery.events import EVENT_SIZES
   from brainshard._models.delivery.push import clear_slots
-  from examples.microcircuit.model import counts_from_cdf
-  p, theta, v_reset = net["p"], net["theta"], net["v_reset"]
-  ref_steps, w_ext, length = net["ref_steps"], net["w_ext"], net["length"]
+  neuron, stims, w_ext = net["model"], net["stims"], net["w_ext"]
+  delay, length, n = net["delay"], net["length"], net["layout"].n
   width = 1024 if jax.devices()[0].platform == "cpu" else None  # as Delivery
 
-  def update(s, inputs, cdf, i_e):  # Microcircuit._update
-    v, ref, i_syn = s["v"], s["ref"], s["i_syn"]
-    free = ref == 0
-    v_new = jnp.where(free, v * p["p22"] + i_syn * p["p21"] + i_e * p["p20"],
-                      v)
-    key, sub = jax.random.split(s["key"])  # RandomState._advance
-    u = jax.random.uniform(block_key(sub, 0, 0), v.shape, jnp.float32,
-                           0.0, 1.0)
-    bg = counts_from_cdf(u, cdf)
-    i_syn = i_syn * p["p11"] + inputs[0] + w_ext * bg.astype(jnp.float32)
-    spikes = v_new >= theta
-    v = jnp.where(spikes, v_reset, v_new)
-    ref = jnp.where(spikes, ref_steps, jnp.where(free, 0, ref - 1))
-    return dict(s, v=v, ref=ref, i_syn=i_syn, key=key), spikes
+  def update(s, inputs, consts, t):  # Network._update
+    for start, stop, pg, c, key in stims:
+      counts = pg.emit(c, t - delay, jnp.arange(stop - start), key, spec=P())
+      inputs = inputs.at[0, start:stop].add(w_ext * counts.astype(jnp.float32))
+    old = {k: s[k] for k in neuron.initial}
+    new, spikes = neuron.update(consts, old, inputs, jnp.zeros(n))
+    return dict(s, **new), spikes & (jnp.arange(spikes.shape[0]) < n)
 
-  def step(s, index, cdf, i_e):  # Delivery._block with every = 1
+  def step(s, index, consts):  # Delivery._block with every = 1
     t0 = s["t"]
-    buf = clear_slots(s["buffer"], t0, 1, index)
-    s, spikes = update(s, s["current"][0], cdf, i_e)
+    buf = clear_slots(s["buffer"], t0, 1, index)  # as Delivery, "auto"
+    s, spikes = update(s, s["current"][0], consts, t0)
     fired = spikes[None]
     buf = lax.fori_loop(0, 1, lambda k, b: bm.deliver(
         b, fired[k], t0 + k, index, EVENT_SIZES, width), buf)
@@ -161,20 +159,24 @@ def make_step(net: dict):
   return step
 
 
-def chunk_program(step, n: int, length: int):
+def chunk_program(step, ranges: list, length: int):
   """``jax.jit`` of ``length`` steps from global step ``i0``: ``(state,
-  index, cdf, i_e, i0) -> (state, words)``, the spikes as the Recorder's
-  word buffer. No donation: bs.Runner donates no State."""
+  index, consts, i0) -> (state, words)``, one Recorder word buffer per
+  population ``ranges`` (its slice of the spikes). No donation: bs.Runner
+  donates no State."""
 
-  def chunk(state, index, cdf, i_e, i0):
+  def chunk(state, index, consts, i0):
     base = i0 // spk.BITS
 
     def body(c, i):
       s, words = c
-      s, spikes = step(s, index, cdf, i_e)
-      return (s, spk.record_spikes(words, spikes, i, base)), None
+      s, spikes = step(s, index, consts)
+      words = [spk.record_spikes(w, spikes[a:b], i, base)
+               for w, (a, b) in zip(words, ranges)]
+      return (s, words), None
 
-    words = jnp.zeros((spk.word_rows(length), n), jnp.uint32)
+    words = [jnp.zeros((spk.word_rows(length), b - a), jnp.uint32)
+             for a, b in ranges]
     steps = i0 + jnp.arange(length, dtype=jnp.int32)
     (state, words), _ = lax.scan(body, (state, words), steps)
     return state, words
@@ -189,34 +191,43 @@ def twin_run(scale: float, k_scale: float, seed: int = 1, chunk: int = 500,
              dt: float = 0.1, index=None):
   """Builds the network; returns ``(build_s, run(ms) -> (steps, neurons))``:
   each call continues the simulation and returns its spikes as sorted
-  (global step, neuron) events, as ``Microcircuit.runner().run`` records
-  them (``net`` and ``programs`` are on ``run``)."""
+  (global step, neuron) events, as the example's spike recorders record
+  them together (``net`` and ``programs`` are on ``run``)."""
   with clock() as build:
     net = network(scale, k_scale, seed, dt, index)
     state = [net["state"]]
-    args = (net["index"], net["cdf"], net["i_e"])
+    args = (net["index"], net["consts"])
     jax.block_until_ready((state, args))
   build_s = build.s
-  step, n = make_step(net), net["n"]
+  step = make_step(net)
+  lay = net["layout"]
+  ranges = [lay.range(name) for name in lay.names]
   programs: dict[int, object] = {}
-  capacity: list[int | None] = [None]  # the Recorder's, kept between runs
+  capacity: list = [None] * len(ranges)  # the Recorder's, kept between runs
   pos = [0]
 
   def dispatch(start: int, length: int):
     if length not in programs:
-      programs[length] = chunk_program(step, n, length)
+      programs[length] = chunk_program(step, ranges, length)
     state[0], words = programs[length](state[0], *args, np.int32(start))
-    comp = spk.compact(words, capacity[0])  # async copy to the host
-    capacity[0] = capacity[0] or comp.capacity
-    return start, length, words, comp
+    comps = [spk.compact(w, capacity[k]) for k, w in enumerate(words)]
+    for k, c in enumerate(comps):  # async copies to the host
+      capacity[k] = capacity[k] or c.capacity
+    return start, length, words, comps
 
-  def collect(start, length, words, comp):  # Recorder._decode
-    while True:
-      try:
-        return spk.decode(comp, start, length, start // spk.BITS)
-      except spk.Overflow as e:
-        capacity[0] = spk.grown_capacity(e.needed, words.shape[0] * n)
-        comp = spk.compact(words, capacity[0])
+  def collect(start, length, words, comps):  # Recorder._decode, per buffer
+    steps, neurons = [], []
+    for k, (w, comp) in enumerate(zip(words, comps)):
+      while True:
+        try:
+          s, nn = spk.decode(comp, start, length, start // spk.BITS)
+          break
+        except spk.Overflow as e:
+          capacity[k] = spk.grown_capacity(e.needed, w.shape[0] * w.shape[1])
+          comp = spk.compact(w, capacity[k])
+      steps.append(s)
+      neurons.append(np.asarray(nn) + ranges[k][0])
+    return np.concatenate(steps), np.concatenate(neurons)
 
   def run(ms: float):
     pending: collections.deque = collections.deque()
@@ -234,7 +245,9 @@ def twin_run(scale: float, k_scale: float, seed: int = 1, chunk: int = 500,
         neurons.append(nn)
     if not steps:
       return np.zeros(0, np.int64), np.zeros(0, np.int32)
-    return np.concatenate(steps), np.concatenate(neurons)
+    steps, neurons = np.concatenate(steps), np.concatenate(neurons)
+    order = np.lexsort((neurons, steps))
+    return steps[order], neurons[order]
 
   run.net, run.programs = net, programs
   return build_s, run

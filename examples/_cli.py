@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import time
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -75,3 +77,24 @@ def pyplot(prog: str):
           "(pip install \".[examples]\").")
     return None
   return plt
+
+
+_IMPORTED = time.perf_counter()
+
+
+def seconds_since_start() -> float:
+  """Seconds since this process started (Linux: the kernel's start time,
+  so Python's and JAX's imports count; elsewhere: since this module was
+  imported). Ten-millisecond resolution.
+
+  >>> 0 < seconds_since_start() < 1e6
+  True
+  """
+  try:
+    with open("/proc/self/stat") as f:
+      ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime") as f:
+      up = float(f.read().split()[0])
+    return up - ticks / os.sysconf("SC_CLK_TCK")
+  except (OSError, ValueError, IndexError, AttributeError):
+    return time.perf_counter() - _IMPORTED

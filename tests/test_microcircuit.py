@@ -1,7 +1,10 @@
-"""The Potjans-Diesmann microcircuit example (examples/microcircuit).
+"""The Potjans-Diesmann microcircuit example (examples/microcircuit), on
+``bm.Network``:
 
-- its Poisson background is Poisson: counts from a grid of uniforms match
-  the exact probabilities;
+- it is NEST's network: eight ``iaf_psc_exp`` populations with one
+  synaptic time constant, ``fixed_total_number`` projections routed by the
+  weight's sign, a ``poisson_generator`` and a ``spike_recorder`` per
+  population, initial ``V_m`` per neuron from each population's normal;
 - 1 and 8 devices give the same spikes (connectivity, initial potentials
   and background are global draws; delivery sums in global presynaptic
   order);
@@ -17,7 +20,6 @@
 
 import importlib.util
 import json
-import math
 import os
 import subprocess
 import sys
@@ -28,26 +30,30 @@ import numpy as np
 import pytest
 
 from examples.microcircuit import params
-from examples.microcircuit.model import (
-    Microcircuit, counts_from_cdf, poisson_cdf)
+from examples.microcircuit.model import Microcircuit, initial_v
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_background_counts_are_poisson():
-  """On a grid of N uniforms the model's CDF table gives each count k for
-  N * P(k) (+-2) of them, for the smallest and the largest rate of the
-  full-scale network."""
-  n = 200_000
-  u = (np.arange(n, dtype=np.float64) + 0.5) / n
-  for lam in (1600 * 8e-4 * 0.1, 2900 * 8e-4):
-    cdf = poisson_cdf(np.full(n, lam))
-    got = np.asarray(counts_from_cdf(jax.numpy.asarray(u, np.float32), cdf))
-    want = np.array([math.exp(-lam) * lam ** k / math.factorial(k)
-                     for k in range(got.max() + 2)]) * n
-    hist = np.bincount(got, minlength=len(want))
-    assert np.abs(hist - want).max() <= 2.0, (lam, hist, want)
-    assert got.max() >= 3
+@pytest.mark.slow  # a build of 155 neurons
+def test_the_network_is_nests():
+  mesh = jax.make_mesh((1,), ("x",), devices=jax.devices()[:1])
+  mc = Microcircuit(mesh, n_scale=0.002, k_scale=0.05, seed=2)
+  net, p = mc.network, mc.scaled
+  assert len(net.groups) == 1          # one model: iaf_psc_exp
+  model = net.groups[0].model
+  assert model.nest_name == "iaf_psc_exp"
+  assert model.params["tau_syn_ex"] == model.params["tau_syn_in"] == 0.5
+  assert mc.delivery.index.value.n_receptors == 2    # routed by sign
+  assert mc.n_synapses == int(p.synapses.sum())
+  assert len(net._projections) == int((p.synapses > 0).sum())
+  assert [s.device.params["rate"] for s in net._stimuli] == list(
+      params.BG_RATE * p.k_ext)
+  assert list(mc.recorders) == list(params.POPULATIONS)
+  v0 = net.get(mc.populations["L4E"], "V_m")
+  np.testing.assert_allclose(v0, initial_v(p, 2)[2].astype(np.float32))
+  with pytest.raises(ValueError, match="background must be"):
+    Microcircuit(mesh, n_scale=0.002, background="none")
 
 
 def _spikes(devices, **kw):
@@ -65,7 +71,7 @@ def test_one_and_eight_devices_give_the_same_spikes():
   one, steps1, ids1 = _spikes(1, **kw)
   eight, steps8, ids8 = _spikes(8, **kw)
   assert eight.layout.n_local >= 64 and eight.every == one.every
-  assert len(steps1) > 200
+  assert len(steps1) > 100
   for name in params.POPULATIONS:   # every population is active
     a, b = one.layout.range(name)
     assert ((ids1 >= a) & (ids1 < b)).any(), name
@@ -118,3 +124,14 @@ def test_rates_match_nest_at_scale_0_1():
   print(report)
   assert (m_nest > 0.1).all() and (se > 0).all(), report
   assert (np.abs(m_bs - m_nest) <= 3 * se).all(), report
+
+
+@pytest.mark.slow  # a build and compile at scale 0.01
+def test_the_docs_model_code_runs():
+  import re
+  text = (ROOT / "docs" / "microcircuit.md").read_text()
+  (block,) = re.findall(r"```python\n(.*?)```", text, re.S)
+  ns: dict = {}
+  exec(compile(block, "docs/microcircuit.md", "exec"), ns)
+  assert list(ns["rates"]) == list(params.POPULATIONS)
+  assert all(r > 0 for r in ns["rates"].values()), ns["rates"]

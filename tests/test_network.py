@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import PartitionSpec as P
 
 import brainshard as bs
 from brainshard import models as bm
@@ -98,9 +99,14 @@ def test_same_spikes_and_traces_on_1_and_8_devices():
   out = []
   for d in (1, 8):
     net, E, I, sr, mm = small_network(make_mesh((d,), ('x',)))
+    sr_i = net.create('spike_recorder')  # one population: its slice only
+    net.connect(I, sr_i)
     net.simulate(20.0)
     net.simulate(20.0)  # continues
     out.append((sr.events, mm.traces))
+    mine = sr.events['senders'] >= 24
+    for k in ('senders', 'times'):
+      np.testing.assert_array_equal(sr_i.events[k], sr.events[k][mine])
   (ev1, tr1), (ev8, tr8) = out
   assert len(ev1['times']) > 30
   for k in ev1:
@@ -222,3 +228,47 @@ def test_multimeter_errors():
 def test_a_float64_network_needs_x64():
   with pytest.raises(ValueError, match="jax_enable_x64"):
     bm.Network(dtype=jnp.float64)
+
+
+@pytest.mark.parametrize('devices', [1, 4])
+def test_a_device_draws_for_its_targets_only_with_the_whole_draws_counts(
+    devices):
+  # A poisson_generator into neurons [5, 19) of 24 (6 per shard on 4
+  # devices): each target's count is the element of one draw over all 24
+  # neurons that its global id picks, however the neurons are split.
+  from brainshard._models.network.stimulus import Stimulus
+  mesh = make_mesh((devices,), ('x',))
+  pg, n = bm.PoissonGenerator(rate=20000.0), 24
+  stim = Stimulus(pg, (5, 19), 2.0, 3, 0, 7)
+  c = pg.constants(0.1)
+
+  def per_shard(t):
+    n_local = n // devices
+    ids = jax.lax.axis_index('x') * n_local + jnp.arange(n_local)
+    inputs, _ = stim.add(jnp.zeros((1, n_local)), jnp.zeros(n_local), t,
+                         ids, seed=4, dt=0.1, dtype=jnp.float32)
+    return inputs[0]
+
+  got = bs.shard_map(per_shard, mesh=mesh, in_specs=P(), out_specs=P('x'))
+  key = jax.random.fold_in(jax.random.key(4), 0x5EED + 7)
+  for t in (10, 11):
+    want = np.zeros(n, np.float32)
+    want[5:19] = 2.0 * np.asarray(pg.emit(c, t - 3, n, key))[5:19]
+    np.testing.assert_array_equal(np.asarray(got(jnp.int32(t))), want)
+  assert want[5:19].std() > 0
+
+
+@pytest.mark.slow
+def test_record_to_writes_the_recorders_to_disk(tmp_path):
+  mesh = make_mesh((1,), ('x',))
+  net = bm.Network(dt=0.1, mesh=mesh, record_to=tmp_path / 'run.zarr')
+  E = net.create('iaf_psc_delta', 3, {'I_e': 500.0})
+  I = net.create('iaf_psc_delta', 2, {'I_e': 600.0})
+  sr = net.create('spike_recorder', label='I_spikes')
+  net.connect(I, sr)
+  net.simulate(30.0)
+  rec = bs.load_records(tmp_path / 'run.zarr')['I_spikes']
+  assert len(rec.steps) == sr.n_events > 0
+  # on one shard a population's recorder records its slice: ids from 3
+  np.testing.assert_array_equal(rec.neurons + 3, sr.spikes.neurons)
+  np.testing.assert_array_equal(rec.steps, sr.spikes.steps)

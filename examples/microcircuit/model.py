@@ -1,25 +1,25 @@
-"""The Potjans & Diesmann (2014) microcircuit on brainshard's public API.
+"""The Potjans & Diesmann (2014) microcircuit on ``bm.Network``, call for
+call as NEST 3's PyNEST example builds it.
 
-Eight populations of ``iaf_psc_exp`` neurons on one ``bm.Layout`` sharded
-over a mesh axis; recurrent synapses by ``bm.FixedTotalNumber`` per
-projection, weights and delays from normals redrawn into range (as NEST's
-example does with ``nest.math.redraw``); event-driven delivery through a
-``bm.Delivery`` ring buffer; Poisson background counts per neuron per step
-from one ``bs.random.uniform`` each by inverting a precomputed CDF (a
-shard's block of the unsharded draw, so the same seed gives the same spikes
-on any number of devices).
-
-The neuron is NEST's ``iaf_psc_exp`` with its exact propagators and update
-order: propagate V with the old current (unless refractory), decay the
-current, add the input arriving in this step, threshold, reset. The
-published model has one synaptic time constant (0.5 ms) for both synapse
-types, so one current carries both and the weights carry the sign.
+Eight populations of NEST's ``iaf_psc_exp``: one synaptic time constant
+(0.5 ms) for both receptors, each spike routed to ``I_syn_ex`` or
+``I_syn_in`` by its weight's sign as in NEST; ``V_m`` starts from each
+population's normal, drawn per neuron; ``I_e`` is the DC that makes up for
+down-scaled in-degrees. Each connected pair is ``fixed_total_number`` with
+normal weights redrawn to keep their sign and normal delays (NEST's
+``nest.math.redraw``; delays below half a step are redrawn). Each
+population gets a ``poisson_generator`` of ``k_ext * 8 Hz`` (every neuron
+its own train) or, with ``background='dc'``, its mean as a DC (NEST's
+``poisson_input = False``), and a ``spike_recorder``. The same seed gives
+the same spikes on any number of devices.
 
 Example (building takes a while, hence the skips):
+  >>> from examples.microcircuit.model import initial_v
+  >>> from examples.microcircuit.params import scaled
+  >>> [len(v) for v in initial_v(scaled(0.01, 0.1), seed=1)][:3]
+  [207, 58, 219]
   >>> import jax
-  >>> from examples.microcircuit.model import Microcircuit, propagators
-  >>> round(propagators(dt=0.1, tau_m=10.0, tau_syn=0.5, c_m=250.0)['p11'], 4)
-  0.8187
+  >>> from examples.microcircuit.model import Microcircuit
   >>> mesh = jax.make_mesh((1,), ('x',), devices=jax.devices()[:1])
   >>> mc = Microcircuit(mesh, n_scale=0.1, k_scale=0.1, seed=1)  # doctest: +SKIP
   >>> out = mc.run(warmup=100.0, duration=1000.0)   # doctest: +SKIP
@@ -29,14 +29,11 @@ Example (building takes a while, hence the skips):
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
 
 import brainshard as bs
 from brainshard import models as bm
@@ -45,176 +42,115 @@ from examples.microcircuit import params
 NAMES = params.POPULATIONS
 
 
-def propagators(dt: float, tau_m: float, tau_syn: float, c_m: float) -> dict:
-  """NEST's ``iaf_psc_exp`` propagators for one step ``dt`` (ms): current
-  decay ``p11``, membrane decay ``p22``, current into V ``p21`` (mV per pA,
-  the regular case tau_syn != tau_m) and DC into V ``p20``."""
-  p21 = (-tau_m / (c_m * (1 - tau_m / tau_syn)) * math.exp(-dt / tau_syn)
-         * math.expm1(dt * (1 / tau_syn - 1 / tau_m)))
-  return dict(p11=math.exp(-dt / tau_syn), p22=math.exp(-dt / tau_m),
-              p21=p21, p20=-tau_m / c_m * math.expm1(-dt / tau_m))
-
-
-def projections(net: params.Scaled) -> list:
-  """One ``bm.Projection`` per connected (source, target) pair: fixed total
-  number, normal weights redrawn to keep their sign, normal delays (connect
-  redraws them below half a step)."""
-  out = []
-  for i, target in enumerate(NAMES):
-    for j, source in enumerate(NAMES):
-      n = int(net.synapses[i, j])
-      w, d = float(net.weight_mean[i, j]), float(net.delay_mean[i, j])
-      if n <= 0:
-        continue
-      w_std, d_std = abs(w) * params.WEIGHT_REL_STD, d * params.DELAY_REL_STD
-      sign = dict(lower=0.0) if w > 0 else dict(upper=0.0)
-      out.append(bm.Projection(
-          source, target, bm.FixedTotalNumber(n),
-          weight=bm.Normal(w, w_std, **sign),
-          delay=bm.Normal(d, d_std)))
-  return out
-
-
-def poisson_cdf(lam: np.ndarray) -> np.ndarray:
-  """float32 ``[K, len(lam)]``: Poisson(``lam``) CDFs at ``0 .. K - 1``,
-  summed in float64 and rounded once, up to the first ``K`` where every
-  CDF rounds to 1 in float32 (so a uniform, < 1, never passes it). A
-  float32 recurrence instead stalls a few ulps below 1 and sends the
-  rare largest uniforms to the last term.
-
-  Inverting the CDF needs one uniform per neuron, so a shard's counts are
-  its block of the unsharded draw; at the small per-step rates here it is
-  cheaper than ``bs.random.poisson`` (exact at any rate: a loop of ``lam +
-  O(sqrt(lam))`` block draws)."""
-  lam = np.asarray(lam, np.float64)
-  term, cdf, rows = np.exp(-lam), np.zeros_like(lam), []
-  while not rows or (rows[-1] < 1).any():
-    cdf = cdf + term
-    rows.append(np.minimum(cdf, 1.0).astype(np.float32))
-    term = term * lam / len(rows)
-  return np.stack(rows)
-
-
-def counts_from_cdf(u: jax.Array, cdf: jax.Array) -> jax.Array:
-  """Poisson counts ``#{k : cdf[k] <= u}`` from uniforms ``u [n]`` and a
-  :func:`poisson_cdf` table ``[K, n]``: a compare and an add per term."""
-  return jnp.sum(cdf <= u, axis=0, dtype=jnp.int32)
+def initial_v(net: params.Scaled, seed: int) -> list[np.ndarray]:
+  """Each population's initial ``V_m`` (mV), one per neuron from its
+  normal (NEST's 'optimized' ``V0_mean``, ``V0_std``); a host draw, so the
+  same on any mesh."""
+  rng = np.random.default_rng([seed, 0x0F])
+  return [rng.normal(m, s, int(n)) for m, s, n in
+          zip(params.V0_MEAN, params.V0_STD, net.neurons)]
 
 
 class Microcircuit:
-  """The scaled microcircuit on ``mesh`` axis ``axis``.
+  """The scaled microcircuit, built (connectivity included) on ``mesh``.
 
   Args:
-    mesh: a ``jax.sharding.Mesh`` with axis ``axis``.
+    mesh: a ``jax.sharding.Mesh`` (None: all devices on one axis).
     n_scale, k_scale: fractions of the neurons and of the in-degrees
       (``params.scaled``: weights / sqrt(k_scale) plus NEST's DC).
     seed: seeds the connectivity, the initial potentials and the background.
-    dt: the step (ms).
+    dt: the step (ms). axis: the mesh axis the neurons are split over.
+    background: ``'poisson'`` (a ``poisson_generator`` per population) or
+      ``'dc'`` (its mean input as ``I_e``, NEST's ``poisson_input=False``).
+    chunk: steps per compiled chunk. record_to: a zarr path for the records
+      (``bs.load_records``), or None (memory). progress: a progress bar.
   """
 
-  def __init__(self, mesh: Any, n_scale: float = 0.1, k_scale: float = 0.1,
-               seed: int = 1, *, dt: float = 0.1, axis: str = "x"):
-    self.mesh, self.axis, self.dt, self.seed = mesh, axis, dt, seed
-    self.net = net = params.scaled(n_scale, k_scale)
-    self.layout = lay = bm.Layout(
-        {name: int(n) for name, n in zip(NAMES, net.neurons)},
-        n_shards=mesh.shape[axis])
-    index = bm.connect(projections(net), lay, dt=dt, seed=seed, mesh=mesh,
-                       axis=axis)
-    self.n_synapses = int(np.asarray(index.count).sum())
-    self.delivery = bm.Delivery(index, mesh, axis=axis)
-    self.every = self.delivery.every            # steps per exchange
+  def __init__(self, mesh: Any = None, n_scale: float = 0.1,
+               k_scale: float = 0.1, seed: int = 1, *, dt: float = 0.1,
+               axis: str | None = None, background: str = "poisson",
+               chunk: int = 500, record_to: Any = None,
+               progress: bool | str = False):
+    if background not in ("poisson", "dc"):
+      raise ValueError(f"background must be 'poisson' or 'dc', got "
+                       f"{background!r}.")
+    self.scaled = p = params.scaled(n_scale, k_scale)
+    self.network = net = bm.Network(dt=dt, seed=seed, mesh=mesh, axis=axis,
+                                    chunk=chunk, record_to=record_to,
+                                    progress=progress)
     nrn = params.NEURON
-    self.p = propagators(dt, nrn["tau_m"], nrn["tau_syn"], nrn["C_m"])
-    self.theta = nrn["V_th"] - nrn["E_L"]       # V is relative to E_L
-    self.v_reset = nrn["V_reset"] - nrn["E_L"]
-    self.ref_steps = int(round(nrn["t_ref"] / dt))
-    self.w_ext = net.weight_ext
+    neuron = {k: nrn[k] for k in ("E_L", "V_th", "V_reset", "C_m", "tau_m",
+                                  "t_ref")}
+    neuron.update(tau_syn_ex=nrn["tau_syn"], tau_syn_in=nrn["tau_syn"])
+    rates = params.BG_RATE * p.k_ext           # Hz of background per neuron
+    dc = p.dc + (0.0 if background == "poisson" else
+                 1e-3 * nrn["tau_syn"] * p.weight_ext * rates)
+    pops = [net.create("iaf_psc_exp", int(n),
+                       {**neuron, "I_e": float(i_e), "V_m": v0}, label=name)
+            for name, n, i_e, v0 in zip(NAMES, p.neurons, dc,
+                                        initial_v(p, seed))]
+    for i, target in enumerate(pops):
+      for j, source in enumerate(pops):
+        n, w = int(p.synapses[i, j]), float(p.weight_mean[i, j])
+        if n <= 0:
+          continue
+        d = float(p.delay_mean[i, j])
+        sign = dict(lower=0.0) if w > 0 else dict(upper=0.0)
+        net.connect(source, target, {"rule": "fixed_total_number", "N": n}, {
+            "weight": bm.Normal(w, abs(w) * params.WEIGHT_REL_STD, **sign),
+            "delay": bm.Normal(d, d * params.DELAY_REL_STD)})
+      if background == "poisson":
+        pg = net.create("poisson_generator", {"rate": float(rates[i])})
+        net.connect(pg, target, syn_spec={"weight": p.weight_ext,
+                                          "delay": params.DELAY_POISSON})
+    self.populations, self.recorders = dict(zip(NAMES, pops)), {}
+    for name, pop in zip(NAMES, pops):
+      self.recorders[name] = net.create("spike_recorder",
+                                        label=f"spikes_{name}")
+      net.connect(pop, self.recorders[name])
+    net.build()
+    self.layout, self.delivery = net.layout, net.delivery
+    self.every = net.exchange_every            # steps per spike exchange
+    self.n_synapses = int(np.asarray(self.delivery.index.value.count).sum())
+    jax.block_until_ready([s.value for g in net.groups
+                           for s in g.states.values()])
 
-    def per_neuron(values, dtype=np.float32):
-      x = bm.population_values(lay, dict(zip(NAMES, values)), dtype=dtype)
-      return jax.device_put(x, NamedSharding(mesh, P(axis)))
+  def spikes(self, start: int = 0) -> bs.SpikeData:
+    """Every recorded spike (``bs.SpikeData`` over the network's neurons,
+    steps counted from step ``start``)."""
+    parts = [r.spikes for r in self.recorders.values()]
+    steps = np.concatenate([s.steps for s in parts]) - start
+    neurons = np.concatenate([s.neurons for s in parts])
+    order = np.lexsort((neurons, steps))
+    return bs.SpikeData(steps[order], neurons[order], self.layout.n,
+                        self.network.dt)
 
-    spec = P(axis)
-    # Poisson background: k_ext inputs at 8 Hz, a count per neuron per step.
-    lam = net.k_ext * params.BG_RATE * dt * 1e-3
-    cdf = poisson_cdf(bm.population_values(lay, dict(zip(NAMES, lam)),
-                                           dtype=np.float64))
-    self.bg_cdf = bs.ParamState(jax.device_put(cdf, NamedSharding(
-        mesh, P(None, axis))), name="bg_cdf", spec=P(None, axis))
-    self.i_e = bs.ParamState(per_neuron(net.dc), name="I_e", spec=spec)
-    self._v0 = (per_neuron(params.V0_MEAN - nrn["E_L"]), per_neuron(params.V0_STD))
-    zeros = per_neuron(np.zeros(8))
-    self.v = bs.ShortTermState(zeros, name="V_m", spec=spec)
-    self.i_syn = bs.ShortTermState(zeros, name="I_syn", spec=spec)
-    self.ref = bs.ShortTermState(per_neuron(np.zeros(8), np.int32),
-                                 name="r_ref", spec=spec)
-    self.rng = bs.RandomState(seed, name="background")
-    self.step = self.delivery.step(self._update)
-    self.reset()
-
-  def reset(self, seed: int | None = None) -> None:
-    """Initial potentials from each population's normal, currents and queue
-    empty, refractory counters 0 (a global draw: the same on any mesh)."""
-    seed = self.seed if seed is None else seed
-    self.rng.seed(seed)
-    mean, std = self._v0
-    pad = bm.population_values(self.layout, dict(zip(NAMES, np.ones(8))))
-    v0 = (mean + std * self.rng.normal(size=self.layout.n_padded)) * pad
-    self.v.value = jax.device_put(v0.astype(jnp.float32), mean.sharding)
-    self.i_syn.value = jnp.zeros_like(self.i_syn.value)
-    self.ref.value = jnp.zeros_like(self.ref.value)
-    self.delivery.reset()
-
-  def _update(self, inputs: jax.Array) -> jax.Array:
-    """One step of the shard's neurons (NEST's iaf_psc_exp::update);
-    ``inputs [1, n_local]`` is the recurrent input (pA) arriving now."""
-    p, v, ref = self.p, self.v.value, self.ref.value
-    free = ref == 0
-    v_new = jnp.where(free, v * p["p22"] + self.i_syn.value * p["p21"]
-                      + self.i_e.value * p["p20"], v)
-    bg = counts_from_cdf(self.rng.uniform(size=v.shape), self.bg_cdf.value)
-    self.i_syn.value = (self.i_syn.value * p["p11"] + inputs[0]
-                        + self.w_ext * bg.astype(jnp.float32))
-    spikes = v_new >= self.theta
-    self.v.value = jnp.where(spikes, self.v_reset, v_new)
-    self.ref.value = jnp.where(spikes, self.ref_steps, jnp.where(free, 0, ref - 1))
-    return spikes
-
-  def runner(self, chunk: int = 500, progress: bool | str = False) -> bs.Runner:
-    """A ``bs.Runner`` recording every spike as sparse events (with
-    ``every > 1`` steps per call, a block per call: ``bm.unblock_spikes``)."""
-    if self.every == 1:
-      return bs.Runner(self.step, {"spikes": bs.SpikeMonitor()}, dt=self.dt,
-                       chunk=chunk, progress=progress)
-    return bs.Runner(self.step, {"spikes": bs.SpikeMonitor(bm.block_spikes)},
-                     dt=self.dt * self.every, chunk=max(1, chunk // self.every),
-                     progress=progress)
-
-  def run(self, warmup: float = 100.0, duration: float = 1000.0,
-          chunk: int = 500, progress: bool | str = False) -> dict:
-    """Simulates ``warmup`` ms (compiling on the way, also the programs the
-    measured run needs), then ``duration`` ms measured. Returns the measured
-    interval's spikes (``bs.SpikeData``, steps from its start), per-population
-    ``split`` spikes and rates (Hz), and the wall times (``cpu_s``: the
-    measured run's CPU time, all threads)."""
-    runner = self.runner(chunk, progress)
-    t0 = time.perf_counter()
-    runner.run(duration=warmup)
-    runner.compile(duration=duration)   # a remainder chunk, compiled now
+  def run(self, warmup: float = 100.0, duration: float = 1000.0) -> dict:
+    """Simulates ``warmup`` ms, compiles what ``duration`` needs, then
+    simulates ``duration`` ms measured. Returns the measured interval's
+    spikes (steps from its start), per-population ``split`` spikes, rates
+    (Hz) and CVs of ISI; ``first_spike_s`` (seconds from this call to the
+    first chunk with a spike back on the host), ``warmup_s``,
+    ``compile_s``, ``run_s``, ``cpu_s`` (the measured run's CPU time, all
+    threads) and ``simulated_s``."""
+    net, t0 = self.network, time.perf_counter()
+    first, first_s = net.runner.loop.chunk * self.every * net.dt, None
+    while net.time < warmup - 1e-9:   # the first spikes back, then the rest
+      left = warmup - net.time
+      net.simulate(min(first, left) if first_s is None else left)
+      if first_s is None and any(r.n_events for r in self.recorders.values()):
+        first_s = time.perf_counter() - t0
     warm_s = time.perf_counter() - t0
-    runner.reset_records()
+    compile_s = net.compile(duration)   # the measured run compiles nothing
+    net.runner.reset_records()
+    start = int(round(net.time / net.dt))
     t0, c0 = time.perf_counter(), time.process_time()
-    res = runner.run(duration=duration)
+    net.simulate(duration)
     run_s, cpu_s = time.perf_counter() - t0, time.process_time() - c0
-    spikes = res["spikes"]
-    if self.every > 1:
-      spikes = bm.unblock_spikes(spikes, self.every)
-    start = res.start * self.every
-    spikes = bs.SpikeData(np.asarray(spikes.steps) - start, spikes.neurons,
-                          spikes.n, spikes.dt)
-    split = bm.split_spikes(spikes, self.layout)
-    seconds = res.steps * self.every * self.dt * 1e-3
-    rates = {k: len(s.steps) / s.n / seconds for k, s in split.items()}
-    return dict(spikes=spikes, split=split, rates=rates, warmup_s=warm_s,
-                run_s=run_s, cpu_s=cpu_s, simulated_s=seconds)
+    spikes = self.spikes(start)
+    steps = int(round(duration / net.dt))
+    return dict(spikes=spikes, split=bm.split_spikes(spikes, self.layout),
+                rates=bm.population_firing_rates(spikes, self.layout, steps),
+                cv_isi=bm.population_cv_isi(spikes, self.layout),
+                first_spike_s=first_s, warmup_s=warm_s, compile_s=compile_s,
+                run_s=run_s, cpu_s=cpu_s, simulated_s=duration * 1e-3)

@@ -326,7 +326,8 @@ class Network:
     monitors: dict[str, Any] = {}
     for rec in self._recorders:
       if isinstance(rec, SpikeRecorder):
-        monitors[rec.key] = rec.monitor(every, layout.n_padded)
+        monitors[rec.key] = rec.monitor(every, layout.n_padded,
+                                        self.mesh.shape[self.axis])
       else:
         monitors.update(rec.monitors(every, self.dt, self._parts(rec)))
     self.runner = Runner(self.step, monitors, dt=self.dt * every,
@@ -394,7 +395,8 @@ class Network:
       t = self.delivery.t.value
       for stim in self._stimuli:
         inputs, currents = stim.add(inputs, currents, t, ids, self.seed,
-                                    self.dt, self.dtype)
+                                    self.dt, self.dtype,
+                                    self.mesh.shape[self.axis])
     spikes = jnp.zeros(n_local, bool)
     for group in self.groups:
       spikes = spikes | group.step(inputs, currents, ids)

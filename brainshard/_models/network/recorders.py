@@ -60,21 +60,34 @@ class SpikeRecorder(Recorder):
 
   ``events``: NEST's dict, ``senders`` (global neuron ids, from 0) and
   ``times`` (ms), ordered by time then sender; ``spikes``: the same as a
-  ``bs.SpikeData`` (steps of ``dt``, for ``bs.models`` analysis)."""
+  ``bs.SpikeData`` (steps of ``dt``, for ``bs.models`` analysis). The
+  Runner's own record of a recorder on one range of neurons on one shard
+  (in memory or ``record_to``) counts ids from the range's first neuron
+  (see :meth:`monitor`); ``events`` and ``spikes`` add it back."""
 
   nest_name = "spike_recorder"
 
-  def monitor(self, every: int, n: int) -> SpikeMonitor:
+  def monitor(self, every: int, n: int, shards: int = 1) -> SpikeMonitor:
     """The Runner monitor: this recorder's spikes of a block of ``every``
-    steps, as one neuron-major vector (see ``block_spikes``)."""
+    steps, as one neuron-major vector (see ``block_spikes``). On one shard
+    (``shards``), neurons in one range (a population) are recorded as that
+    slice only: eight recorders, one per population, then record each
+    neuron once, not eight times (a sharded axis is masked instead: a
+    slice across shards is not a shard's block)."""
     ids = self.ids()
     keep = np.zeros(n, bool)
     keep[ids] = True
     everything = keep.all()
+    one_range = (shards == 1 and len(ids) > 0
+                 and ids[-1] - ids[0] + 1 == len(ids))
+    # neuron ids of the record count from here
+    self._first = int(ids[0]) if one_range and not everything else 0
 
     def source(out):
       spikes = out if out.ndim == 2 else out[None]       # [every, n]
-      if not everything:
+      if one_range and not everything:
+        spikes = spikes[:, ids[0]:ids[-1] + 1]
+      elif not everything:
         spikes = spikes & jnp.asarray(keep)[None, :]
       return spikes.T.reshape(-1)
     source.__name__ = self.key
@@ -90,10 +103,10 @@ class SpikeRecorder(Recorder):
     every = net.exchange_every
     flat = np.asarray(data.neurons, np.int64)
     steps = np.asarray(data.steps, np.int64) * every + flat % every
-    neurons = flat // every
+    neurons = flat // every + self._first
     order = np.lexsort((neurons, steps))
     return SpikeData(steps[order], neurons[order].astype(np.int32),
-                     data.n // every, net.dt)
+                     net.layout.n_padded, net.dt)
 
   @property
   def n_events(self) -> int:

@@ -9,6 +9,13 @@ function of its key and the step) are the same whatever the mesh. Each
 connection has a key of its own (NEST gives every connection its own
 train), folded from the network's seed and the connection's number.
 
+A shard asks the device only for the window of its slots that holds the
+connection's targets (as wide as the targets, or the shard), with a block
+key at the window's first global id: each neuron still gets the element
+of a draw over every neuron that its global id picks, the same on any
+mesh, but a device into one of eight populations draws for that
+population, not for all eight.
+
 Example:
   >>> import jax.numpy as jnp
   >>> from brainshard._models.devices import DcGenerator
@@ -26,6 +33,9 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+from brainshard._simulation.random.blocks import block_key
 
 __all__ = ["Stimulus"]
 
@@ -42,19 +52,43 @@ class Stimulus(NamedTuple):
   number: int
 
   def add(self, inputs: jax.Array, currents: jax.Array, t: Any,
-          ids: jax.Array, seed: int, dt: float, dtype: Any
-          ) -> tuple[jax.Array, jax.Array]:
+          ids: jax.Array, seed: int, dt: float, dtype: Any,
+          shards: int = 0) -> tuple[jax.Array, jax.Array]:
     """``(inputs, currents)`` with this connection's share of step ``t``
-    added for the shard's neurons ``ids``."""
+    added for the shard's neurons ``ids`` (``shards``: the number of
+    shards, where known; 1 makes the window static)."""
     start, stop = self.ids
-    inside = (ids >= start) & (ids < stop)
-    targets = jnp.where(inside, ids - start, -1)
+    n_local = ids.shape[0]
+    width = min(n_local, stop - start)
+    # The window [first, first + width) lies in the shard and holds every
+    # target the shard has.
+    # on one shard its first id is 0, known: the window is a static slice,
+    # which XLA:CPU fuses far better than a dynamic one
+    base = ids[0] if shards != 1 else 0
+    first = (min(max(start, 0), n_local - width) if shards == 1 else
+             jnp.clip(start, base, base + n_local - width))
+    window = first + jnp.arange(width, dtype=ids.dtype)
+    inside = (window >= start) & (window < stop)
+    targets = jnp.where(inside, window - start, -1)
     key = None
     if self.device.random:
       key = jax.random.fold_in(jax.random.key(seed), 0x5EED + self.number)
+      key = block_key(key, 0, jnp.asarray(first).astype(jnp.uint32))
     c = self.device.constants(dt)
-    value = self.device.emit(c, t - self.delay, targets, key, dtype=dtype)
+    # spec=P(): the draw is the window's, not a block per shard of it
+    value = self.device.emit(c, t - self.delay, targets, key, dtype=dtype,
+                             spec=P())
     value = self.weight * value.astype(dtype)
+    off = first - base
     if self.device.emits == "current":
-      return inputs, currents + value
-    return inputs.at[self.receptor].add(value), currents
+      return inputs, _add_at(currents, value, off)
+    return inputs.at[self.receptor].set(
+        _add_at(inputs[self.receptor], value, off)), currents
+
+
+def _add_at(row: jax.Array, value: jax.Array, off: Any) -> jax.Array:
+  """``row`` with ``value`` added to its elements from ``off`` on."""
+  if isinstance(off, int):
+    return row.at[off:off + value.shape[0]].add(value)
+  part = jax.lax.dynamic_slice_in_dim(row, off, value.shape[0])
+  return jax.lax.dynamic_update_slice_in_dim(row, part + value, off, 0)

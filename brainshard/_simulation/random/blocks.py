@@ -127,10 +127,17 @@ BLOCK_IMPL = compat.define_prng_impl(
 
 def block_key(key: jax.Array, hi: Any, lo: Any) -> jax.Array:
   """``key`` (typed, threefry) as a block key whose first counter is
-  ``hi * 2**32 + lo`` (uint32 words, possibly batched alike)."""
+  ``hi * 2**32 + lo`` (uint32 words, possibly batched alike). A block key
+  moves its own counter on by that much: a draw from the result is the
+  block of the same stream that starts there (a device that draws for a
+  window of a shard's neurons, ``network/stimulus.py``)."""
   data = jax.random.key_data(key)
   hi, lo = jnp.broadcast_arrays(jnp.asarray(hi, jnp.uint32),
                                 jnp.asarray(lo, jnp.uint32))
+  if jax.random.key_impl(key) == BLOCK_IMPL:
+    new_lo = data[..., 3] + lo
+    hi = data[..., 2] + hi + (new_lo < lo).astype(jnp.uint32)
+    lo, data = new_lo, data[..., :2]
   data = jnp.broadcast_to(data, (*hi.shape, 2))
   return jax.random.wrap_key_data(
       jnp.concatenate([data, hi[..., None], lo[..., None]], -1), impl=BLOCK_IMPL)
