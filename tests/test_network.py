@@ -194,8 +194,8 @@ def test_nest_errors_name_what_to_change():
                      "to 0 steps"):
     net.connect(E, D, 'one_to_one', {'delay': 0.04})
   net.connect(E, E, 'one_to_one', {'weight': 5.0, 'delay': 1.5})
-  with pytest.raises(ValueError, match=r"simulate\(0.05\): not a whole "
-                     r"number of steps of dt = 0.1 ms"):
+  with pytest.raises(ValueError, match=r"simulate\(duration=0.05\): not a "
+                     r"whole number of steps of dt = 0.1 ms"):
     net.simulate(0.05)
   net.simulate(1.0)   # the first duration sets the interval: gcd(15, 10)
   assert net.exchange_every == 5

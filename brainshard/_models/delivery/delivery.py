@@ -59,7 +59,7 @@ from brainshard._models.delivery.events import EVENT_SIZES
 from brainshard._models.delivery.index import SynapseIndex
 
 __all__ = ["Delivery", "block_spikes", "unblock_spikes", "on_mesh",
-           "steps_per_exchange"]
+           "steps_per_exchange", "queue_states"]
 
 
 class Delivery:
@@ -116,21 +116,13 @@ class Delivery:
     put = lambda x, spec: jax.device_put(x, NamedSharding(mesh, spec))  # noqa: E731
     self.index = ParamState(jax.tree.map(lambda a: put(a, P(axis)), index),
                             name=f"{name}.index", spec=P(axis))
-    spec = P(None, None, axis)
-    self.buffer = ShortTermState(
-        put(jnp.zeros((r, self.length, self.n), dtype), spec),
-        name=f"{name}.buffer", spec=spec)
-    self.current = ShortTermState(
-        put(jnp.zeros((every, r, self.n), dtype), spec),
-        name=f"{name}.current", spec=spec)
-    self.t = ShortTermState(put(jnp.zeros((), jnp.int32), P()),
-                            name=f"{name}.t", spec=P())
+    self.buffer, self.current, self.t = queue_states(
+        mesh, axis, (r,), self.length, every, self.n, dtype, name)
 
   def reset(self) -> None:
     """Empties the queue and sets the step counter to 0."""
-    self.buffer.value = jnp.zeros_like(self.buffer.value)
-    self.current.value = jnp.zeros_like(self.current.value)
-    self.t.value = jnp.zeros_like(self.t.value)
+    for state in (self.buffer, self.current, self.t):
+      state.value = jnp.zeros_like(state.value)
 
   def step(self, update: Callable[[jax.Array], jax.Array]) -> Callable:
     """A ``bs.shard_map`` that advances ``every`` steps per call.
@@ -182,6 +174,22 @@ class Delivery:
     if self.mesh.shape[self.axis] == 1:
       return spikes
     return jax.lax.all_gather(spikes, self.axis, axis=1, tiled=True)
+
+
+def queue_states(mesh: Any, axis: str, rows: tuple, length: int, every: int,
+                 n: int, dtype: Any, name: str) -> tuple:
+  """The queue's States, zero, split over the neurons: the ring buffer
+  ``[*rows, L, n]``, the input of the next ``every`` steps ``[every, *rows,
+  n]`` and the next step's index ``t`` (replicated)."""
+  put = lambda x, spec: jax.device_put(x, NamedSharding(mesh, spec))  # noqa: E731
+  spec = P(*(None,) * (len(rows) + 1), axis)
+  buffer = ShortTermState(put(jnp.zeros((*rows, length, n), dtype), spec),
+                          name=f"{name}.buffer", spec=spec)
+  current = ShortTermState(put(jnp.zeros((every, *rows, n), dtype), spec),
+                           name=f"{name}.current", spec=spec)
+  t = ShortTermState(put(jnp.zeros((), jnp.int32), P()), name=f"{name}.t",
+                     spec=P())
+  return buffer, current, t
 
 
 def on_mesh(index: SynapseIndex, mesh: Any, axis: str, owner: str) -> int:

@@ -51,7 +51,8 @@ from brainshard._core.state.state import ParamState, ShortTermState, State
 from brainshard._transforms.loops import for_loop
 from brainshard._transforms.shard_map.shard_map import shard_map
 from brainshard._models.delays import ring_length
-from brainshard._models.delivery.delivery import on_mesh, steps_per_exchange
+from brainshard._models.delivery.delivery import (
+    Delivery, on_mesh, queue_states, steps_per_exchange)
 from brainshard._models.delivery.events import EVENT_SIZES
 from brainshard._models.delivery.grad import deliver_block, presynaptic
 from brainshard._models.delivery.index import SynapseIndex
@@ -107,21 +108,10 @@ class TrainableDelivery:
     self.pre = State(_presynaptic(rest, mesh, axis), name=f"{name}.pre",
                      spec=P(axis))
     b, r = batch or 1, index.n_receptors
-    spec = P(None, None, None, axis)
-    self.buffer = ShortTermState(
-        put(jnp.zeros((b, r, self.length, self.n), dtype), spec),
-        name=f"{name}.buffer", spec=spec)
-    self.current = ShortTermState(
-        put(jnp.zeros((every, b, r, self.n), dtype), spec),
-        name=f"{name}.current", spec=spec)
-    self.t = ShortTermState(put(jnp.zeros((), jnp.int32), P()),
-                            name=f"{name}.t", spec=P())
+    self.buffer, self.current, self.t = queue_states(
+        mesh, axis, (b, r), self.length, every, self.n, dtype, name)
 
-  def reset(self) -> None:
-    """Empties the queue and sets the step counter to 0."""
-    self.buffer.value = jnp.zeros_like(self.buffer.value)
-    self.current.value = jnp.zeros_like(self.current.value)
-    self.t.value = jnp.zeros_like(self.t.value)
+  reset = Delivery.reset
 
   def step(self, update: Callable, in_specs: Any = ()) -> Callable:
     """A ``bs.shard_map`` that advances ``every`` steps per call.

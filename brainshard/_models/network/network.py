@@ -70,7 +70,7 @@ from brainshard._models.network.recorders import (
     RECORDERS, Multimeter, Recorder, SpikeRecorder)
 from brainshard._models.neurons import MODELS
 from brainshard._models.neurons.base import NeuronModel
-from brainshard._simulation.runner.runner import Runner
+from brainshard._simulation.runner.runner import Runner, whole_steps
 
 __all__ = ["Network"]
 
@@ -406,16 +406,7 @@ class Network:
 
   def _dt_steps(self, t: Any, what: str) -> int:
     """``t`` ms in steps of ``dt``: a whole number, as NEST requires."""
-    if isinstance(t, (bool, np.bool_)) or not isinstance(
-        t, (int, float, np.integer, np.floating)) or not (
-            math.isfinite(t) and t >= 0):
-      raise ValueError(f"Network.{what}: t must be a non-negative number of "
-                       f"ms, got {t!r}.")
-    steps = t / self.dt
-    if abs(steps - round(steps)) > 1e-9 * max(1.0, steps):
-      raise ValueError(f"Network.{what}({t}): not a whole number of steps "
-                       f"of dt = {self.dt} ms.")
-    return int(round(steps))
+    return whole_steps(t, self.dt, f"Network.{what}")
 
   def _steps(self, t: Any, what: str) -> int:
     self._dt_steps(t, what)

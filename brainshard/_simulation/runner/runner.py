@@ -42,9 +42,26 @@ from brainshard._simulation.runner.programs import ProgramWatch
 from brainshard._core.state.state import State
 from brainshard._core.args import fun_name
 
-__all__ = ["Runner"]
+__all__ = ["Runner", "whole_steps"]
 
 _KINDS = {SpikeMonitor: "spikes", RateMonitor: "rate", StateMonitor: "trace"}
+
+
+def whole_steps(duration: Any, dt: float, where: str) -> int:
+  """``duration`` ms in steps of ``dt``, or an error naming ``where``: a
+  duration between steps would run another time without a word."""
+  if isinstance(duration, (bool, np.bool_)) or not isinstance(
+      duration, (int, float, np.integer, np.floating)) or not (
+          math.isfinite(duration) and duration >= 0):
+    raise ValueError(f"{where}: duration must be a non-negative number of "
+                     f"ms, got {duration!r}.")
+  exact = duration / dt
+  steps = round(exact)
+  if abs(exact - steps) > 1e-9 * max(1.0, exact):
+    raise ValueError(
+        f"{where}(duration={duration}): not a whole number of steps of "
+        f"dt = {dt} ms ({exact:.4f} steps); run {steps * dt:g} ms.")
+  return int(steps)
 
 
 class Runner:
@@ -176,19 +193,7 @@ class Runner:
     if duration is not None:
       if self.dt is None:
         raise ValueError("Runner.run(duration=...) needs the Runner's dt")
-      if isinstance(duration, (bool, np.bool_)) or not isinstance(
-          duration, (int, float, np.integer, np.floating)) or not (
-              math.isfinite(duration) and duration >= 0):
-        raise ValueError(f"Runner.run: duration must be a non-negative "
-                         f"number of ms, got {duration!r}.")
-      exact = duration / self.dt
-      steps = round(exact)
-      # a duration between steps would run a different time without a word
-      if abs(exact - steps) > 1e-9 * max(1.0, exact):
-        raise ValueError(
-            f"Runner.run(duration={duration}): not a whole number of steps "
-            f"of dt = {self.dt} ms ({exact:.4f} steps); run "
-            f"{steps * self.dt:g} ms, or give steps=.")
+      steps = whole_steps(duration, self.dt, "Runner.run")
     if int(steps) != steps or steps < 0:
       raise ValueError(
           f"Runner.run: steps must be a non-negative int, got {steps!r}")
