@@ -149,7 +149,20 @@ class IafPscDelta(NeuronModel):
             "refr_spikes_buffer": buffered, "r": r}, spikes
 
 
-class IafPscExp(NeuronModel):
+class _TwoCurrents(NeuronModel):
+  """What ``iaf_psc_exp`` and ``iaf_psc_alpha`` share: an excitatory and an
+  inhibitory current, fed by the weight's sign as NEST does."""
+
+  receptors = ("ex", "in")
+  sign_routed = True
+  recordables = ("I_syn_ex", "I_syn_in", "V_m")
+  counters = ("r",)
+
+  def validate(self, p):
+    _validate_iaf(self.nest_name, p, tuple(_SYN))
+
+
+class IafPscExp(_TwoCurrents):
   """NEST's ``iaf_psc_exp``: exponentially decaying synaptic currents.
 
   Receptors ``('ex', 'in')``, routed by the weight's sign as in NEST; a
@@ -165,13 +178,6 @@ class IafPscExp(NeuronModel):
   defaults = {**_IAF, **_SYN}
   initial = {"V_m": -70.0, "I_syn_ex": 0.0, "I_syn_in": 0.0, "I_stim": 0.0,
              "r": 0}
-  receptors = ("ex", "in")
-  sign_routed = True
-  recordables = ("I_syn_ex", "I_syn_in", "V_m")
-  counters = ("r",)
-
-  def validate(self, p):
-    _validate_iaf(self.nest_name, p, tuple(_SYN))
 
   def constants(self, p, dt):
     tau_m, c_m = p["tau_m"], p["C_m"]
@@ -200,7 +206,7 @@ class IafPscExp(NeuronModel):
             "I_stim": _kept(currents, v), "r": r}, spikes
 
 
-class IafPscAlpha(NeuronModel):
+class IafPscAlpha(_TwoCurrents):
   """NEST's ``iaf_psc_alpha``: alpha-shaped synaptic currents.
 
   Receptors ``('ex', 'in')``, routed by the weight's sign; a spike of
@@ -220,13 +226,6 @@ class IafPscAlpha(NeuronModel):
   defaults = {**_IAF, **_SYN, "V_min": -np.inf}
   initial = {"V_m": -70.0, "I_syn_ex": 0.0, "dI_syn_ex": 0.0,
              "I_syn_in": 0.0, "dI_syn_in": 0.0, "I_stim": 0.0, "r": 0}
-  receptors = ("ex", "in")
-  sign_routed = True
-  recordables = ("I_syn_ex", "I_syn_in", "V_m")
-  counters = ("r",)
-
-  def validate(self, p):
-    _validate_iaf(self.nest_name, p, tuple(_SYN))
 
   def constants(self, p, dt):
     tau_m, c_m = np.asarray(p["tau_m"], np.float64), p["C_m"]
