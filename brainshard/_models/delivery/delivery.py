@@ -58,7 +58,7 @@ from brainshard._models.delivery.push import deliver
 from brainshard._models.delivery.events import EVENT_SIZES
 from brainshard._models.delivery.index import SynapseIndex
 
-__all__ = ["Delivery", "block_spikes", "unblock_spikes"]
+__all__ = ["Delivery", "delay_bounds", "block_spikes", "unblock_spikes"]
 
 
 class Delivery:
@@ -73,6 +73,10 @@ class Delivery:
     sizes: fired-neuron search sizes (see ``events.py``).
     name: prefix of the States' names.
     dtype: the ring buffer's float dtype (float64 needs ``jax_enable_x64``).
+    plastic: plastic projections with their own index and delivery
+      (``plastic.py``'s ``PlasticSynapses``), pushed into the same buffer
+      after the static synapses of each step; their delays and receptors
+      count for ``every``, the buffer's length and its receptors.
 
   States: ``index`` (ParamState), ``buffer`` ``[R, L, n]``, ``current``
   ``[every, R, n]`` (the input of the next ``every`` steps) and ``t`` (the
@@ -81,7 +85,8 @@ class Delivery:
 
   def __init__(self, index: SynapseIndex, mesh: Any, *, axis: str = "x",
                every: int | None = None, sizes: Sequence[int] = EVENT_SIZES,
-               name: str = "delivery", dtype: Any = jnp.float32):
+               name: str = "delivery", dtype: Any = jnp.float32,
+               plastic: Sequence[Any] = ()):
     if axis not in mesh.shape:
       raise ValueError(f"Delivery: the mesh has axes {tuple(mesh.shape)}, "
                        f"not {axis!r}.")
@@ -95,11 +100,13 @@ class Delivery:
           f"Delivery: the index has n_pre = {index.n_pre} presynaptic ids but "
           f"{index.n_local} x {shards} = {index.n_local * shards} targets; a "
           "network's sources and targets are the same padded axis.")
-    every = index.min_delay if every is None else every
-    if not isinstance(every, int) or not 1 <= every <= index.min_delay:
+    self.plastic = [p for p in plastic if not p.empty]
+    min_delay, max_delay, r = delay_bounds(index, self.plastic)
+    every = min_delay if every is None else every
+    if not isinstance(every, int) or not 1 <= every <= min_delay:
       raise ValueError(
           f"Delivery: every = {every!r} steps per exchange must be an int in "
-          f"[1, min_delay = {index.min_delay}]: a spike must not be needed "
+          f"[1, min_delay = {min_delay}]: a spike must not be needed "
           "before the exchange that carries it.")
     self.mesh, self.axis, self.every, self.sizes = mesh, axis, every, sizes
     # Long rows by windows on CPU; elsewhere a loop iteration costs kernel
@@ -107,8 +114,7 @@ class Delivery:
     cpu = mesh.devices.flat[0].platform == "cpu"
     self.width = 1024 if cpu else None
     self.n, self.n_local = index.n_pre, index.n_local
-    self.length = ring_length(index.max_delay, every)
-    r = index.n_receptors
+    self.length = ring_length(max_delay, every)
     put = lambda x, spec: jax.device_put(x, NamedSharding(mesh, spec))  # noqa: E731
     self.index = ParamState(jax.tree.map(lambda a: put(a, P(axis)), index),
                             name=f"{name}.index", spec=P(axis))
@@ -163,13 +169,38 @@ class Delivery:
       spikes = for_loop(one, self.current.value)           # [m, n_local]
     fired = self._gather(spikes)                            # [m, n]
     index = self.index.value
-    buf = jax.lax.fori_loop(
-        0, m, lambda k, b: deliver(b, fired[k], t0 + k, index, self.sizes,
-                            self.width),
-        buf)
+    if self.plastic:
+      buf = self._with_plastic(buf, fired, t0, index)
+    else:
+      buf = jax.lax.fori_loop(
+          0, m, lambda k, b: deliver(b, fired[k], t0 + k, index, self.sizes,
+                                     self.width),
+          buf)
     nxt = jax.lax.dynamic_slice_in_dim(buf, (t0 + m) % self.length, m, 1)
     self.buffer.value, self.current.value = buf, nxt.swapaxes(0, 1)
     return spikes[0] if m == 1 else spikes
+
+  def _with_plastic(self, buf, fired, t0, index):
+    """Each step of the block: the static synapses, then each plastic
+    projection (their States read once, carried through the loop)."""
+    plastic = self.plastic
+    read = [p.read() for p in plastic]
+    consts = [c for _, c in read]
+
+    def one(k, carry):
+      b, carried = carry
+      b = deliver(b, fired[k], t0 + k, index, self.sizes, self.width)
+      new = []
+      for p, c, v in zip(plastic, consts, carried):
+        v, b = p.push(v, c, b, fired[k], t0 + k, k, self.sizes)
+        new.append(v)
+      return b, new
+
+    buf, carried = jax.lax.fori_loop(
+        0, self.every, one, (buf, [v for v, _ in read]))
+    for p, v in zip(plastic, carried):
+      p.write(v)
+    return buf
 
   def _gather(self, spikes: jax.Array) -> jax.Array:
     """All shards' spikes. One device: no all-gather (XLA:CPU runs even a
@@ -177,6 +208,19 @@ class Delivery:
     if self.mesh.shape[self.axis] == 1:
       return spikes
     return jax.lax.all_gather(spikes, self.axis, axis=1, tiled=True)
+
+
+def delay_bounds(index: SynapseIndex, plastic: Sequence[Any] = ()
+                 ) -> tuple[int, int, int]:
+  """``(min_delay, max_delay, n_receptors)`` over the static index and the
+  plastic projections, an index without synapses not counting (none: 1,
+  1 and the static index's receptors)."""
+  parts = [p for p in [index, *plastic]
+           if getattr(p, "max_degree", 1) and not getattr(p, "empty", False)]
+  lo = min((p.min_delay for p in parts), default=1)
+  hi = max((p.max_delay for p in parts), default=1)
+  r = max([index.n_receptors] + [p.n_receptors for p in plastic])
+  return lo, hi, r
 
 
 def block_spikes(out: jax.Array) -> jax.Array:

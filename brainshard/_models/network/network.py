@@ -48,47 +48,37 @@ Example:
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from brainshard._scaleout.checkpoint.checkpoint import save_states
 from brainshard._models.connectivity.connect import connect
 from brainshard._models.connectivity.projection import Projection
-from brainshard._models.connectivity.rules import AllToAll, Rule
 from brainshard._models.delays import check_dt, delay_steps
-from brainshard._models.delivery.delivery import Delivery
+from brainshard._models.delivery.delivery import Delivery, delay_bounds
 from brainshard._models.devices import DEVICES
 from brainshard._models.devices.base import Device
 from brainshard._models.layout import Layout
 from brainshard._models.population import population_ids
 from brainshard._models.network.groups import ModelGroup, group_key
+from brainshard._models.network.specs import (
+    conn_rule, mesh_and_axis, neuron_model, syn_spec as read_syn_spec)
 from brainshard._models.network.stimulus import Stimulus
 from brainshard._models.network.nodes import DeviceNode, NodeCollection
 from brainshard._models.network.recorders import (
     RECORDERS, Multimeter, Recorder, SpikeRecorder)
-from brainshard._models.neurons import MODELS
+from brainshard._models.network.synapses import (
+    Synapses, build_plastic, tau_minus, weight_monitors)
+from brainshard._models.network.weights import WeightRecorder
 from brainshard._models.neurons.base import NeuronModel
+from brainshard._models.plasticity.history import DEFAULT_SIZE, TAU_MINUS
 from brainshard._simulation.runner.runner import Runner
 
 __all__ = ["Network"]
-
-_SYN_KEYS = {"weight", "delay", "receptor_type", "synapse_model"}
-
-
-def _conn_rule(conn_spec: Any) -> Rule:
-  if conn_spec is None:
-    return AllToAll()  # NEST's default
-  if isinstance(conn_spec, str):
-    conn_spec = {"rule": conn_spec}
-  if isinstance(conn_spec, dict):
-    return Rule.from_nest(conn_spec)
-  if isinstance(conn_spec, Rule):
-    return conn_spec
-  raise TypeError(f"connect: conn_spec must be a NEST conn_spec (a rule name "
-                  f"or a dict), or a bs.models rule; got {conn_spec!r:.60}.")
-
 
 class Network:
   """Populations, connections, devices and recorders, simulated on a mesh.
@@ -103,12 +93,15 @@ class Network:
     exchange_every: steps between spike exchanges (default: the shortest
       delay, reduced so that every multimeter interval is a multiple).
     chunk, progress: as ``bs.Runner``'s.
+    history: the entries of each neuron's spike history kept for the STDP
+      synapses onto it (``H``; see ``plasticity/history.py``): an update
+      that needed an older one is counted in :attr:`plasticity_overflow`.
   """
 
   def __init__(self, dt: float = 0.1, *, seed: int = 0, mesh: Any = None,
                axis: str | None = None, dtype: Any = jnp.float32,
                exchange_every: int | None = None, chunk: int | None = None,
-               progress: bool | str = False):
+               progress: bool | str = False, history: int = DEFAULT_SIZE):
     self.dt = check_dt(dt, "Network")
     if isinstance(seed, (bool, np.bool_)) or not isinstance(
         seed, (int, np.integer)):
@@ -118,11 +111,19 @@ class Network:
     if self.dtype == jnp.float64 and not jax.config.jax_enable_x64:
       raise ValueError("Network(dtype=float64) needs 64-bit floats: "
                        "jax.config.update('jax_enable_x64', True) first.")
-    self.mesh, self.axis = _mesh_and_axis(mesh, axis)
+    self.mesh, self.axis = mesh_and_axis(mesh, axis)
+    if isinstance(history, bool) or not isinstance(history, int) or (
+        history < 1):
+      raise ValueError(f"Network: history = {history!r} entries must be a "
+                       "positive int.")
+    self.history = history
     self._exchange = exchange_every
     self.chunk, self.progress = chunk, progress
     self._populations: list[tuple[str, NeuronModel, int]] = []
     self._projections: list[Projection] = []
+    self._keys: list[int] = []          # each static projection's place
+    self._plastic: list[Synapses] = []
+    self._weight_recorders: list[WeightRecorder] = []
     self._recorders: list[Recorder] = []
     self._stimuli: list[Stimulus] = []
     self._initial: dict[str, dict] = {}
@@ -130,6 +131,8 @@ class Network:
     self.runner: Runner | None = None
     self.delivery: Delivery | None = None
     self.groups: list[ModelGroup] = []
+    self.plastic: list[Any] = []
+    self.archive: Any = None
 
   def __repr__(self) -> str:
     pops = ", ".join(f"{label}: {n} {m.nest_name}"
@@ -164,6 +167,11 @@ class Network:
     if isinstance(n, Mapping) and params is None:  # create(model, params)
       n, params = 1, n
     params = dict(params or {})
+    if isinstance(model, str) and model == WeightRecorder.nest_name:
+      rec = WeightRecorder(self, label or f"{model}_"
+                           f"{len(self._weight_recorders)}", **params)
+      self._weight_recorders.append(rec)
+      return rec
     if isinstance(model, str) and model in RECORDERS:
       key = label or f"{model}_{len(self._recorders)}"
       rec = RECORDERS[model](self, key, **params)
@@ -179,7 +187,7 @@ class Network:
                         f"{device.nest_name}_{len(self._devices)}")
       self._devices.append(node)
       return node
-    model, initial = _neuron_model(model, params)
+    model, initial = neuron_model(model, params)
     if isinstance(n, (bool, np.bool_)) or not isinstance(
         n, (int, np.integer)) or n < 1:
       raise ValueError(f"create: n must be a positive int, got {n!r}.")
@@ -197,12 +205,17 @@ class Network:
     return NodeCollection(self, start, start + int(n), label)
 
   def connect(self, pre: Any, post: Any, conn_spec: Any = None,
-              syn_spec: Mapping[str, Any] | None = None) -> None:
+              syn_spec: Mapping[str, Any] | None = None) -> Any:
     """NEST's ``Connect``: neurons to neurons (``conn_spec``: a rule name,
     a NEST ``conn_spec`` dict or a ``bs.models`` rule; default
     ``'all_to_all'``; ``syn_spec``: ``weight``, ``delay`` (ms),
     ``receptor_type``, numbers or ``bs.models`` distributions), neurons to
-    a spike recorder, or a multimeter to neurons."""
+    a spike recorder, or a multimeter to neurons.
+
+    A ``synapse_model`` of ``'stdp_synapse'`` or ``'tsodyks2_synapse'``
+    (with NEST's parameters in ``syn_spec``, and a ``weight_recorder``) or
+    a ``bs.models.PairRule`` makes the synapses plastic: it returns their
+    :class:`~.synapses.Synapses` handle (``get()``, ``histogram()``)."""
     self._not_built("connect")
     if isinstance(post, SpikeRecorder):
       post.ranges.append(self._nodes(pre, "pre").ids)
@@ -219,21 +232,28 @@ class Network:
                       "(connect(neurons, recorder)); a multimeter goes to "
                       "neurons (connect(multimeter, neurons)).")
     pre, post = self._nodes(pre, "pre"), self._nodes(post, "post")
-    syn = _syn_spec(syn_spec)
-    model = syn.get("synapse_model", "static_synapse")
-    if model != "static_synapse":
-      raise NotImplementedError(f"connect: synapse_model {model!r}; this "
-                                "network has static synapses.")
+    syn, model = read_syn_spec(syn_spec)
     receptor = self._receptor(post, syn.get("receptor_type"))
-    proj = Projection(pre.ids, post.ids, _conn_rule(conn_spec),
+    proj = Projection(pre.ids, post.ids, conn_rule(conn_spec),
                       weight=syn.get("weight", 1.0),
                       delay=syn.get("delay", 1.0), receptor=receptor,
                       name=f"{pre.label} -> {post.label}")
     # its errors now, not at build
-    _, _, delay, _ = proj.checked(len(self._projections))
+    position = len(self._projections) + len(self._plastic)
+    _, _, delay, _ = proj.checked(position)
     if delay.family == "const":
-      delay_steps(delay.largest(), self.dt, proj.label(len(self._projections)))
-    self._projections.append(proj)
+      delay_steps(delay.largest(), self.dt, proj.label(position))
+    if model is None:
+      self._projections.append(proj)
+      self._keys.append(position)
+      return None
+    recorder = syn.get("weight_recorder")
+    if recorder is not None and not isinstance(recorder, WeightRecorder):
+      raise TypeError(f"connect: weight_recorder must be one this network "
+                      f"created ('weight_recorder'), got {recorder!r:.60}.")
+    handle = Synapses(self, position, proj, model, recorder)
+    self._plastic.append(handle)
+    return handle
 
   def _connect_device(self, node: DeviceNode, post: NodeCollection,
                       conn_spec: Any, syn_spec: Any) -> None:
@@ -243,7 +263,10 @@ class Network:
         "rule": "all_to_all"}:
       raise ValueError(f"connect: a device connects all_to_all (every "
                        f"target its own stimulus), not {conn_spec!r}.")
-    syn = _syn_spec(syn_spec)
+    syn, model = read_syn_spec(syn_spec)
+    if model is not None:
+      raise ValueError(f"connect: a device's synapses are static, not "
+                       f"{syn_spec['synapse_model']!r:.60}.")
     where = f"connect({node.label} -> {post.label})"
     weight = syn.get("weight", 1.0)
     if isinstance(weight, (bool, np.bool_)) or not isinstance(
@@ -303,7 +326,11 @@ class Network:
     layout = Layout([(label, n) for label, _, n in self._populations],
                     n_shards=self.mesh.shape[self.axis])
     index = connect(self._projections, layout, dt=self.dt, seed=self.seed,
-                    mesh=self.mesh, axis=self.axis)
+                    mesh=self.mesh, axis=self.axis, keys=self._keys)
+    self.plastic, self.archive = build_plastic(
+        self._plastic, layout, dt=self.dt, seed=self.seed, mesh=self.mesh,
+        axis=self.axis, dtype=self.dtype,
+        tau_minus=tau_minus(self._populations, layout), history=self.history)
     by_key: dict[Any, list] = {}
     for label, model, _ in self._populations:
       by_key.setdefault(group_key(model), []).append((label, model))
@@ -312,9 +339,14 @@ class Network:
                               axis=self.axis, dtype=self.dtype,
                               initial=self._initial)
                    for members in by_key.values()]
-    every = self._exchange_every(index.min_delay)
+    every = self._exchange_every(delay_bounds(index, self.plastic)[0])
+    for rec in self._weight_recorders:
+      for syn in self._plastic:
+        if syn.recorder is rec:
+          rec.attach(syn.plastic, self.mesh, self.axis, every)
     self.delivery = Delivery(index, self.mesh, axis=self.axis, every=every,
-                             name="network", dtype=self.dtype)
+                             name="network", dtype=self.dtype,
+                             plastic=self.plastic)
     self.step = self.delivery.step(self._update)
     monitors: dict[str, Any] = {}
     for rec in self._recorders:
@@ -322,12 +354,17 @@ class Network:
         monitors[rec.key] = rec.monitor(every, layout.n_padded)
       else:
         monitors.update(rec.monitors(every, self.dt, self._parts(rec)))
+    monitors.update(weight_monitors(self._plastic, self._weight_recorders,
+                                    every, self.dt, self.mesh, self.axis))
     self.runner = Runner(self.step, monitors, dt=self.dt * every,
-                         chunk=self.chunk, progress=self.progress)
+                         chunk=self.chunk, progress=self.progress,
+                         checkpoint_states=self._states())
 
   def _exchange_every(self, min_delay: int) -> int:
     intervals = [rec.interval_steps(self.dt) for rec in self._recorders
-                 if isinstance(rec, Multimeter)]
+                 if isinstance(rec, Multimeter)] + [
+                     h.interval_steps(self.dt) for syn in self._plastic
+                     for h in syn.histograms]
     every = self._exchange
     if every is None:
       every = min_delay
@@ -338,7 +375,7 @@ class Network:
       raise ValueError(
           f"Network: exchange_every = {every!r} must be an int in [1, "
           f"{min_delay}] (the shortest delay in steps) that divides every "
-          f"multimeter interval ({intervals} steps).")
+          f"multimeter and weight histogram interval ({intervals} steps).")
     return every
 
   @property
@@ -389,7 +426,10 @@ class Network:
     spikes = jnp.zeros(n_local, bool)
     for group in self.groups:
       spikes = spikes | group.step(inputs, currents, ids)
-    return spikes & (ids < self.layout.n)  # padding never fires
+    spikes = spikes & (ids < self.layout.n)  # padding never fires
+    if self.archive is not None:  # NEST stamps a spike with the step's end
+      self.archive.record(spikes, self.delivery.t.value + 1)
+    return spikes
 
   # -- running ---------------------------------------------------------------
 
@@ -438,53 +478,48 @@ class Network:
     raise ValueError(f"Network.get: {nodes!r} has no state variable "
                      f"{name!r} (or spans models).")
 
+  # -- plasticity and the network's state -------------------------------------
 
-def _syn_spec(syn_spec: Any) -> dict:
-  syn = dict(syn_spec or {})
-  unknown = sorted(set(syn) - _SYN_KEYS)
-  if unknown:
-    raise ValueError(f"connect: syn_spec takes {sorted(_SYN_KEYS)}, not "
-                     f"{unknown}.")
-  return syn
+  @property
+  def plasticity_overflow(self) -> int:
+    """STDP updates so far that may have missed a post spike: a post
+    neuron fired more than ``history`` times within one synapse's window
+    (raise ``Network(history=...)``); 0 means every update was NEST's."""
+    if not self.plastic:
+      return 0
+    return int(sum(np.asarray(p.overflow.value).sum() for p in self.plastic))
 
+  def states(self) -> dict:
+    """Every State of the built network by name: neurons, input queue,
+    step counter, synapses (plastic weights and their rules' state, the
+    post neurons' spike history); for ``bs.save_states`` and
+    ``bs.restore_states`` (or :meth:`save` and :meth:`restore`)."""
+    self.build()
+    return self._states()
 
-def _neuron_model(model: Any, params: dict) -> tuple[NeuronModel, dict]:
-  """The model with ``params`` set, and the initial values of state
-  variables given among them (NEST's ``V_m`` in ``Create``'s params)."""
-  if isinstance(model, str):
-    if model not in MODELS:
-      raise ValueError(f"create: unknown model {model!r}; the neuron models "
-                       f"are {sorted(MODELS)}, the devices {sorted(DEVICES)}, "
-                       f"the recorders {sorted(RECORDERS)}.")
-    model = MODELS[model]
-  cls = model if isinstance(model, type) else type(model)
-  if not (isinstance(cls, type) and issubclass(cls, NeuronModel)):
-    raise TypeError(f"create: model must be a NEST model name or a "
-                    f"bs.models neuron model, got {model!r:.60}.")
-  initial = {k: params.pop(k) for k in list(params)
-             if k in cls.initial and k not in cls.defaults}
-  for k, v in initial.items():
-    if not np.all(np.isfinite(np.asarray(v, np.float64))):
-      raise ValueError(f"create: initial {k} must be finite.")
-  if isinstance(model, NeuronModel):
-    changed = {k: v for k, v in model.params.items()
-               if np.ndim(v) or v != model.defaults[k]}
-    params = {**changed, **params}
-  return cls(**params), initial
+  def _states(self) -> dict:
+    d, out = self.delivery, {}
+    found = [s for g in self.groups for s in g.states.values()]
+    found += [d.buffer, d.current, d.t]
+    for p in self.plastic:
+      found += p.states()
+    if self.archive is not None:
+      found.append(self.archive.history)
+    for s in found:  # names as checkpoint keys: word characters only
+      out[re.sub(r"\W", "_", s.name)] = s
+    return out
 
+  def save(self, path: Any, *, overwrite: bool = False) -> None:
+    """Saves :meth:`states` (and the time reached) to ``path``; a network
+    built by the same script on the same mesh continues from it with
+    :meth:`restore`, as the straight run would."""
+    self.build()
+    step = self.runner.step_count
+    save_states(path, self.states(), overwrite=overwrite, metadata={
+        "step": step, "time": step * self.runner.dt, "dt": self.runner.dt})
 
-def _mesh_and_axis(mesh: Any, axis: str | None) -> tuple[Any, str]:
-  if mesh is None:
-    mesh = jax.sharding.get_mesh()
-    if mesh is None or mesh.empty:
-      mesh = jax.make_mesh((jax.device_count(),), ("x",))
-  names = tuple(mesh.axis_names)
-  if axis is None:
-    if len(names) != 1:
-      raise ValueError(f"Network: the mesh has axes {names}; name the one "
-                       "the neurons are split over with axis=...")
-    axis = names[0]
-  if axis not in names:
-    raise ValueError(f"Network: axis {axis!r} is not an axis of the mesh "
-                     f"{dict(mesh.shape)}.")
-  return mesh, axis
+  def restore(self, path: Any) -> None:
+    """Restores what :meth:`save` wrote; the run (and its records' times)
+    continues from the saved time."""
+    self.build()
+    self.runner.restore(path)
