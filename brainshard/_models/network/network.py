@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from typing import Any, Mapping
 
 import jax
@@ -453,7 +454,16 @@ class Network:
     """Simulates ``t`` ms (building first), continuing from where the
     last call stopped; recorders keep every call's records."""
     self.build()
+    before = self.plasticity_overflow
     self.runner.run(self._steps(t, "simulate"))
+    after = self.plasticity_overflow
+    if after > before:
+      warnings.warn(
+          f"Network.simulate: {after - before} STDP update(s) may have "
+          f"missed a post spike (a neuron fired more than history = "
+          f"{self.history} times within a synapse's window): their weights "
+          "are not NEST's. Raise Network(history=...).", RuntimeWarning,
+          stacklevel=2)
 
   def compile(self, t: float) -> float:
     """Compiles, ahead of time, what ``simulate(t)`` will run (so that a
