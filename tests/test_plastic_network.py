@@ -22,13 +22,13 @@ STDP = {"synapse_model": "stdp_synapse", "lambda": 0.05, "alpha": 1.1,
 
 
 def recurrent(mesh, synapse=None, dtype=jnp.float32, history=128, every=None):
-  """E (iaf_psc_exp, driven to fire irregularly by Poisson input) with
+  """E and I (iaf_psc_exp, firing irregularly on Poisson input), with
   plastic E -> E synapses of ``synapse``'s model (default: static), I
   static."""
   net = bm.Network(dt=0.1, seed=4, mesh=mesh, dtype=dtype, history=history,
                    exchange_every=every)
   E = net.create("iaf_psc_exp", 40, {"I_e": 300.0, "tau_minus": 25.0})
-  I = net.create("iaf_psc_delta", 10, {"I_e": 100.0})
+  I = net.create("iaf_psc_exp", 10, {"I_e": 100.0})
   noise = net.create("poisson_generator", {"rate": 8000.0})
   net.connect(noise, E + I, None, {"weight": 20.0, "delay": 0.1})
   syn = {"weight": 80.0, "delay": bm.Uniform(0.5, 2.0)}
