@@ -7,12 +7,10 @@ changes a weight delivers what static synapses deliver, bit for bit); the
 saved and resumed one. NEST's numbers: ``test_plastic_network_nest.py``.
 """
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import brainshard as bs
 from brainshard import models as bm
 
 from conftest import make_mesh

@@ -48,7 +48,6 @@ Example:
 from __future__ import annotations
 
 import math
-import re
 import warnings
 from typing import Any, Mapping
 
@@ -56,7 +55,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from brainshard._scaleout.checkpoint.checkpoint import save_states
 from brainshard._models.connectivity.connect import connect
 from brainshard._models.connectivity.projection import Projection
 from brainshard._models.delays import check_dt, delay_steps
@@ -66,6 +64,7 @@ from brainshard._models.devices.base import Device
 from brainshard._models.layout import Layout
 from brainshard._models.population import population_ids
 from brainshard._models.network.groups import ModelGroup, group_key
+from brainshard._models.network.persist import NetworkState
 from brainshard._models.network.specs import (
     conn_rule, mesh_and_axis, neuron_model, syn_spec as read_syn_spec)
 from brainshard._models.network.stimulus import Stimulus
@@ -76,12 +75,12 @@ from brainshard._models.network.synapses import (
     Synapses, build_plastic, tau_minus, weight_monitors)
 from brainshard._models.network.weights import WeightRecorder
 from brainshard._models.neurons.base import NeuronModel
-from brainshard._models.plasticity.history import DEFAULT_SIZE, TAU_MINUS
+from brainshard._models.plasticity.history import DEFAULT_SIZE
 from brainshard._simulation.runner.runner import Runner
 
 __all__ = ["Network"]
 
-class Network:
+class Network(NetworkState):
   """Populations, connections, devices and recorders, simulated on a mesh.
 
   Args:
@@ -487,49 +486,3 @@ class Network:
         return np.asarray(group.states[name].value)[nodes.start:nodes.stop]
     raise ValueError(f"Network.get: {nodes!r} has no state variable "
                      f"{name!r} (or spans models).")
-
-  # -- plasticity and the network's state -------------------------------------
-
-  @property
-  def plasticity_overflow(self) -> int:
-    """STDP updates so far that may have missed a post spike: a post
-    neuron fired more than ``history`` times within one synapse's window
-    (raise ``Network(history=...)``); 0 means every update was NEST's."""
-    if not self.plastic:
-      return 0
-    return int(sum(np.asarray(p.overflow.value).sum() for p in self.plastic))
-
-  def states(self) -> dict:
-    """Every State of the built network by name: neurons, input queue,
-    step counter, synapses (plastic weights and their rules' state, the
-    post neurons' spike history); for ``bs.save_states`` and
-    ``bs.restore_states`` (or :meth:`save` and :meth:`restore`)."""
-    self.build()
-    return self._states()
-
-  def _states(self) -> dict:
-    d, out = self.delivery, {}
-    found = [s for g in self.groups for s in g.states.values()]
-    found += [d.buffer, d.current, d.t]
-    for p in self.plastic:
-      found += p.states()
-    if self.archive is not None:
-      found.append(self.archive.history)
-    for s in found:  # names as checkpoint keys: word characters only
-      out[re.sub(r"\W", "_", s.name)] = s
-    return out
-
-  def save(self, path: Any, *, overwrite: bool = False) -> None:
-    """Saves :meth:`states` (and the time reached) to ``path``; a network
-    built by the same script on the same mesh continues from it with
-    :meth:`restore`, as the straight run would."""
-    self.build()
-    step = self.runner.step_count
-    save_states(path, self.states(), overwrite=overwrite, metadata={
-        "step": step, "time": step * self.runner.dt, "dt": self.runner.dt})
-
-  def restore(self, path: Any) -> None:
-    """Restores what :meth:`save` wrote; the run (and its records' times)
-    continues from the saved time."""
-    self.build()
-    self.runner.restore(path)
