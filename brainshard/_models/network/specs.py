@@ -12,7 +12,7 @@ Example:
   ({'weight': 2.0}, StdpSynapse(weight=2.0, Wmax=5.0))
   >>> syn_spec({'weight': 1.0, 'Wmax': 5.0})  # doctest: +ELLIPSIS
   Traceback (most recent call last):
-  ValueError: connect: syn_spec takes [...], not ['Wmax'] ...
+  ValueError: connect: syn_spec takes [...], not ['Wmax'].
 """
 
 from __future__ import annotations
