@@ -276,8 +276,9 @@ def _with_none(fun, arrays, first=0):
 def synapses(index: SynapseIndex) -> dict[str, np.ndarray]:
   """Every synapse of ``index`` on the host, in index order (shard, then
   presynaptic id, then generation order): ``pre``, ``post`` (global ids),
-  ``weight``, ``delay`` (steps), ``receptor``: int32 and float32 columns
-  whatever the index's integer field dtypes (weights in the index's dtype). For tests and export (e.g. to NEST);
+  ``weight``, ``delay`` (steps), ``receptor``: int32 columns whatever the
+  index's integer field dtypes, weights in the index's dtype (float32
+  unless built wider). For tests and export (e.g. to NEST);
   it copies the whole index to the host.
 
   Example:
