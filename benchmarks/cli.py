@@ -56,6 +56,9 @@ COMMANDS = {
                    "restore_states against orbax direct (printed)"),
     "task": ("benchmarks.bench_task", "two areas as sub-mesh tasks against "
              "one SPMD program (docs/submesh.md)"),
+    "plasticity": ("benchmarks.bench_plasticity", "an STDP network's step "
+                   "against the same network with static synapses "
+                   "(docs/plasticity.md)"),
     "dispatch-probe": ("benchmarks.bench_dispatch_probe", "which path "
                        "bs.jit calls take on this platform (a diagnostic)"),
     "python-cost": ("benchmarks.bench_python_cost", "a bs.jit call's own "

@@ -37,9 +37,15 @@ from brainshard._models.layout import Layout
 from brainshard._models.network.network import Network
 from brainshard._models.network.nodes import NodeCollection
 from brainshard._models.network.recorders import Multimeter, SpikeRecorder
+from brainshard._models.network.synapses import Synapses
+from brainshard._models.network.weights import WeightHistogram, WeightRecorder
 from brainshard._models.neurons import (
     AeifCondExp, HhPscAlpha, IafCondAlpha, IafCondExp, IafPscAlpha,
-    IafPscDelta, IafPscExp, Izhikevich, NeuronModel)
+    IafPscDelta, IafPscExp, Izhikevich, NeuronModel, ParrotNeuron)
+from brainshard._models.plasticity.model import SynapseModel
+from brainshard._models.plasticity.pair_rule import PairRule
+from brainshard._models.plasticity.stdp import StdpSynapse
+from brainshard._models.plasticity.tsodyks2 import Tsodyks2Synapse
 from brainshard._models.population import (
     Population, counts_to_rates, population_counts, population_ids,
     population_rates, population_values, split_spikes)
@@ -52,6 +58,10 @@ __all__ = [
     # a network in NEST's terms
     "Network", "NodeCollection", "SpikeRecorder", "Multimeter",
     "Layout", "SynapseIndex",
+    # plasticity: NEST's synapse models, a user's pair rule, and recording
+    # plastic weights
+    "SynapseModel", "StdpSynapse", "Tsodyks2Synapse", "PairRule",
+    "Synapses", "WeightRecorder", "WeightHistogram",
     # connectivity
     "Projection", "Rule", "FixedInDegree", "FixedOutDegree",
     "PairwiseBernoulli", "FixedTotalNumber", "AllToAll", "OneToOne",
@@ -73,6 +83,7 @@ __all__ = [
     # neuron models: NEST's, under CapWords names (``nest_name`` on each)
     "NeuronModel", "IafPscDelta", "IafPscExp", "IafPscAlpha", "Izhikevich",
     "IafCondExp", "IafCondAlpha", "AeifCondExp", "HhPscAlpha",
+    "ParrotNeuron",
     # stimulation devices: NEST's (poisson_generator, dc_generator,
     # noise_generator, step_current_generator, spike_generator)
     "Device", "PoissonGenerator", "DcGenerator", "NoiseGenerator",

@@ -15,7 +15,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = ["cuba", "spiking_demo", "ensemble", "train_snn", "learn_sparse",
             "two_areas",
             "scaleout", "ei_brainstate", "ei_brainshard", "ei_data",
-            "microcircuit", "brunel"]
+            "microcircuit", "brunel", "stdp_network"]
 
 
 def _run(*args):
@@ -117,3 +117,13 @@ def test_docs_name_only_example_modules_and_benchmark_commands_that_exist():
       assert name in EXAMPLES, (path, name)
     for name in re.findall(r"python -m\s+benchmarks\s+([a-z][a-z0-9-]*)", text):
       assert name in cli.COMMANDS, (path, name)
+
+
+@pytest.mark.slow  # a 50 ms run on 2 devices: ~15 s
+def test_stdp_network_runs_and_prints_the_weights_before_and_after():
+  proc = _run("-m", "examples.stdp_network", "--devices", "2",
+              "--duration", "0.05", "--no-nest", "--float32")
+  assert proc.returncode == 0, proc.stderr
+  out = proc.stdout
+  assert "1000 STDP synapses" in out and "inexact updates: 0" in out
+  assert "before" in out and "after (brainshard)" in out

@@ -291,7 +291,8 @@ def fill_pass(specs: Sequence[Spec], *, seed: int, axis: str, n_local: int,
   (``dmin``/``dmax``: the projection's shortest and longest delay on this
   shard, in steps; ``int32 max`` / -1 where it has none). ``dtypes``: the
   dtypes of ``post``, ``delay`` and ``receptor`` (``index.field_dtypes``;
-  receptor None: not written, returned as None)."""
+  receptor None: not written, returned as None) and, optionally,
+  ``weight`` (default float32)."""
   n_proj = len(specs)
 
   def run(indptr, *args):
@@ -300,7 +301,7 @@ def fill_pass(specs: Sequence[Spec], *, seed: int, axis: str, n_local: int,
     per_ms = jnp.float32(1.0 / dt)
     rec = dtypes["receptor"]
     out = _varying((jnp.full(capacity, n_local, dtypes["post"]),
-                    jnp.zeros(capacity, jnp.float32),
+                    jnp.zeros(capacity, dtypes.get("weight", jnp.float32)),
                     jnp.zeros(capacity, dtypes["delay"]),
                     None if rec is None else jnp.zeros(capacity, rec),
                     jnp.full(n_proj, jnp.iinfo(jnp.int32).max, jnp.int32),

@@ -61,23 +61,27 @@ def _range(which: Any, layout: Layout, where: str) -> tuple[int, int]:
   return start, stop
 
 
-def _explicit_arrays(rule: Explicit, dt: float, where: str, padded: int):
+def _explicit_arrays(rule: Explicit, dt: float, where: str, padded: int,
+                     weight_dtype: Any = np.float32):
   """The arrays an Explicit projection passes to the build, padded to
-  ``padded``: pre, post, weight or None, delay steps or None."""
+  ``padded``: pre, post, weight (in ``weight_dtype``) or None, delay steps
+  or None."""
   pad = lambda a, dtype: jnp.asarray(np.pad(a.astype(dtype),  # noqa: E731
                                             (0, padded - a.size)))
   arrays = [pad(rule.pre, np.int32), pad(rule.post, np.int32), None, None]
   if rule.weight is not None:
-    arrays[2] = pad(rule.weight, np.float32)
+    arrays[2] = pad(rule.weight, weight_dtype)
   if rule.delay is not None:
     arrays[3] = pad(delay_steps(rule.delay, dt, f"{where}: Explicit"),
                     np.int32)
   return arrays
 
 
-def _specs(projections, layout, dt) -> tuple[list[Spec], list, list[str]]:
+def _specs(projections, layout, dt, keys=None, weight_dtype=np.float32
+           ) -> tuple[list[Spec], list, list[str]]:
   """Checks every projection; returns the passes' specs, the explicit
-  arrays (flat) and each kept projection's label."""
+  arrays (flat) and each kept projection's label; ``keys[i]`` keys the
+  draws of projection ``i`` (default ``i``)."""
   specs, arrays, labels = [], [], []
   for i, proj in enumerate(projections):
     if not isinstance(proj, Projection):
@@ -95,8 +99,10 @@ def _specs(projections, layout, dt) -> tuple[list[Spec], list, list[str]]:
     first = -1
     if isinstance(rule, Explicit):
       first = len(arrays)
-      arrays += _explicit_arrays(rule, dt, where, rule.padded(plan))
-    spec = Spec(plan, weight, delay.with_lower(0.5 * dt), receptor, first, i)
+      arrays += _explicit_arrays(rule, dt, where, rule.padded(plan),
+                                 weight_dtype)
+    spec = Spec(plan, weight, delay.with_lower(0.5 * dt), receptor, first,
+                i if keys is None else int(keys[i]))
     if pre[1] > pre[0] and post[1] > post[0]:
       specs.append(spec)
       labels.append(where)
@@ -114,7 +120,8 @@ def _axis(mesh, axis, layout) -> tuple[jax.sharding.Mesh, str]:
 
 
 def connect(projections: Sequence[Projection], layout: Layout, *, dt: float,
-            seed: int, mesh: Any = None, axis: str | None = None
+            seed: int, mesh: Any = None, axis: str | None = None,
+            keys: Sequence[int] | None = None, weight_dtype: Any = None
             ) -> SynapseIndex:
   """Builds the synapses of ``projections`` in their target's shard.
 
@@ -128,6 +135,13 @@ def connect(projections: Sequence[Projection], layout: Layout, *, dt: float,
     seed: an int; the same seed gives the same synapses on any mesh.
     mesh: a ``jax.sharding.Mesh``; None takes the one set by ``jax.set_mesh``.
     axis: the mesh axis the neurons are split over (default: the only one).
+    keys: one int per projection that keys its draws (default: its place
+      in ``projections``): a network building several indices (static and
+      plastic synapses) keys each projection by its place among all of its
+      connections, so that splitting them changes no synapse.
+    weight_dtype: the index's weight dtype (default float32). Drawn weights
+      are drawn in float32 and cast; explicit weights are cast from float64
+      (a network keeps float64 plastic weights for NEST's numbers).
 
   Returns:
     a :class:`SynapseIndex` whose arrays are split over ``axis``.
@@ -139,7 +153,12 @@ def connect(projections: Sequence[Projection], layout: Layout, *, dt: float,
     raise TypeError(f"connect: seed must be an int, got {seed!r}.")
   if not 0 <= seed < 2**63:
     raise ValueError(f"connect: seed must be in [0, 2**63), got {seed}.")
-  specs, arrays, labels = _specs(list(projections), layout, dt)
+  projections = list(projections)
+  if keys is not None and len(keys) != len(projections):
+    raise ValueError(f"connect: {len(keys)} keys for {len(projections)} "
+                     "projections.")
+  weight_dtype = np.dtype(np.float32 if weight_dtype is None else weight_dtype)
+  specs, arrays, labels = _specs(projections, layout, dt, keys, weight_dtype)
   n_pre, n_local, S = layout.n_padded, layout.n_local, layout.n_shards
   kw = dict(seed=int(seed), axis=axis, n_local=n_local, n_pre=n_pre)
   args = [a for a in arrays if a is not None]
@@ -154,8 +173,8 @@ def connect(projections: Sequence[Projection], layout: Layout, *, dt: float,
   # The delay field's dtype must be fixed before the fill: take it from an
   # upper bound of the delays; the fill reports the true largest delay, and
   # the rare bound that was too small (a wrapped delay) fills again.
-  dtypes = field_dtypes(n_local, _delay_bound(specs, arrays, float(dt)),
-                        n_receptors)
+  dtypes = dict(field_dtypes(n_local, _delay_bound(specs, arrays, float(dt)),
+                             n_receptors), weight=weight_dtype)
   while True:
     out = _fill(specs, dtypes, mesh, axis, capacity, float(dt), kw, arrays,
                 indptr, args)
@@ -236,8 +255,9 @@ def _with_none(fun, arrays, first=0):
 def synapses(index: SynapseIndex) -> dict[str, np.ndarray]:
   """Every synapse of ``index`` on the host, in index order (shard, then
   presynaptic id, then generation order): ``pre``, ``post`` (global ids),
-  ``weight``, ``delay`` (steps), ``receptor``: int32 and float32 columns
-  whatever the index's field dtypes. For tests and export (e.g. to NEST);
+  ``weight``, ``delay`` (steps), ``receptor``: int32 columns whatever the
+  index's integer field dtypes, weights in the index's dtype (float32
+  unless built wider). For tests and export (e.g. to NEST);
   it copies the whole index to the host.
 
   Example:

@@ -522,7 +522,8 @@ class Explicit(Rule):
     for name, arr in (("pre", self.pre), ("post", self.post)):
       if arr.size and not np.issubdtype(arr.dtype, np.integer):
         raise TypeError(f"Explicit: {name} must hold ints, got {arr.dtype}.")
-    self.weight = None if weight is None else np.asarray(weight, np.float32)
+    # float64 on the host: the index casts it to its weight dtype
+    self.weight = None if weight is None else np.asarray(weight, np.float64)
     self.delay = None if delay is None else np.asarray(delay, np.float64)
     for name, arr in (("weight", self.weight), ("delay", self.delay)):
       if arr is not None and arr.shape != n:

@@ -58,8 +58,8 @@ from brainshard._models.delivery.push import clear_slots, deliver
 from brainshard._models.delivery.events import EVENT_SIZES
 from brainshard._models.delivery.index import SynapseIndex
 
-__all__ = ["Delivery", "block_spikes", "unblock_spikes", "on_mesh",
-           "steps_per_exchange", "queue_states"]
+__all__ = ["Delivery", "delay_bounds", "block_spikes", "unblock_spikes",
+           "on_mesh", "steps_per_exchange", "queue_states"]
 
 
 class Delivery:
@@ -81,6 +81,10 @@ class Delivery:
       default: the index's. An index with synapses on a receptor the
       neurons do not read is an error (JAX would clamp ``inputs[r]`` to the
       last row without a word).
+    plastic: plastic projections with their own index and delivery
+      (``plastic.py``'s ``PlasticSynapses``), pushed into the same buffer
+      after the static synapses of each step; their delays and receptors
+      count for ``every``, the buffer's length and its receptors.
 
   States: ``index`` (ParamState), ``buffer`` ``[R, L, n]``, ``current``
   ``[every, R, n]`` (the input of the next ``every`` steps) and ``t`` (the
@@ -90,16 +94,19 @@ class Delivery:
   def __init__(self, index: SynapseIndex, mesh: Any, *, axis: str = "x",
                every: int | None = None, sizes: Sequence[int] = EVENT_SIZES,
                kernel: str = "auto", name: str = "delivery",
-               dtype: Any = jnp.float32, receptors: int | None = None):
+               dtype: Any = jnp.float32, receptors: int | None = None,
+               plastic: Sequence[Any] = ()):
     on_mesh(index, mesh, axis, "Delivery")
-    every = steps_per_exchange(every, index, "Delivery")
-    r = index.n_receptors if receptors is None else receptors
+    self.plastic = [p for p in plastic if not p.empty]
+    min_delay, max_delay, n_receptors = delay_bounds(index, self.plastic)
+    every = steps_per_exchange(every, min_delay, "Delivery")
+    r = n_receptors if receptors is None else receptors
     if isinstance(r, (bool, np.bool_)) or not isinstance(
-        r, (int, np.integer)) or r < index.n_receptors:
+        r, (int, np.integer)) or r < n_receptors:
       raise ValueError(
           f"Delivery: receptors = {receptors!r}, but the index has synapses "
-          f"on receptors 0 .. {index.n_receptors - 1}; the neurons must read "
-          f"all {index.n_receptors}.")
+          f"on receptors 0 .. {n_receptors - 1}; the neurons must read "
+          f"all {n_receptors}.")
     self.mesh, self.axis, self.every, self.sizes = mesh, axis, every, sizes
     # The time one call advances: a Runner of this step takes it as its dt.
     self.time_per_call = None if index.dt is None else index.dt * every
@@ -112,7 +119,7 @@ class Delivery:
     cpu = mesh.devices.flat[0].platform == "cpu"
     self.width = 1024 if cpu else None
     self.n, self.n_local = index.n_pre, index.n_local
-    self.length = ring_length(index.max_delay, every)
+    self.length = ring_length(max_delay, every)
     put = lambda x, spec: jax.device_put(x, NamedSharding(mesh, spec))  # noqa: E731
     self.index = ParamState(jax.tree.map(lambda a: put(a, P(axis)), index),
                             name=f"{name}.index", spec=P(axis))
@@ -160,13 +167,39 @@ class Delivery:
     else:
       spikes = for_loop(one, self.current.value)           # [m, n_local]
     fired = self._gather(spikes)                            # [m, n]
-    buf = jax.lax.fori_loop(
-        0, m, lambda k, b: deliver(b, fired[k], t0 + k, index, self.sizes,
-                                   self.width, kernel=self.kernel),
-        buf)
+    if self.plastic:
+      buf = self._with_plastic(buf, fired, t0, index)
+    else:
+      buf = jax.lax.fori_loop(
+          0, m, lambda k, b: deliver(b, fired[k], t0 + k, index, self.sizes,
+                                     self.width, kernel=self.kernel),
+          buf)
     nxt = jax.lax.dynamic_slice_in_dim(buf, (t0 + m) % self.length, m, 1)
     self.buffer.value, self.current.value = buf, nxt.swapaxes(0, 1)
     return spikes[0] if m == 1 else spikes
+
+  def _with_plastic(self, buf, fired, t0, index):
+    """Each step of the block: the static synapses, then each plastic
+    projection (their States read once, carried through the loop)."""
+    plastic = self.plastic
+    read = [p.read() for p in plastic]
+    consts = [c for _, c in read]
+
+    def one(k, carry):
+      b, carried = carry
+      b = deliver(b, fired[k], t0 + k, index, self.sizes, self.width,
+                  kernel=self.kernel)
+      new = []
+      for p, c, v in zip(plastic, consts, carried):
+        v, b = p.push(v, c, b, fired[k], t0 + k, k, self.sizes)
+        new.append(v)
+      return b, new
+
+    buf, carried = jax.lax.fori_loop(
+        0, self.every, one, (buf, [v for v, _ in read]))
+    for p, v in zip(plastic, carried):
+      p.write(v)
+    return buf
 
   def _gather(self, spikes: jax.Array) -> jax.Array:
     """All shards' spikes. One device: no all-gather (XLA:CPU runs even a
@@ -211,17 +244,30 @@ def on_mesh(index: SynapseIndex, mesh: Any, axis: str, owner: str) -> int:
   return shards
 
 
-def steps_per_exchange(every: Any, index: SynapseIndex, owner: str) -> int:
+def steps_per_exchange(every: Any, min_delay: int, owner: str) -> int:
   """``every`` (None: the shortest delay) as an int in ``[1, min_delay]``:
   a spike must not be needed before the exchange that carries it."""
-  every = index.min_delay if every is None else every
+  every = min_delay if every is None else every
   if isinstance(every, (bool, np.bool_)) or not isinstance(
-      every, (int, np.integer)) or not 1 <= every <= index.min_delay:
+      every, (int, np.integer)) or not 1 <= every <= min_delay:
     raise ValueError(
         f"{owner}: every = {every!r} steps per exchange must be an int in "
-        f"[1, min_delay = {index.min_delay}]: a spike must not be needed "
+        f"[1, min_delay = {min_delay}]: a spike must not be needed "
         "before the exchange that carries it.")
   return int(every)
+
+
+def delay_bounds(index: SynapseIndex, plastic: Sequence[Any] = ()
+                 ) -> tuple[int, int, int]:
+  """``(min_delay, max_delay, n_receptors)`` over the static index and the
+  plastic projections, an index without synapses not counting (none: 1,
+  1 and the static index's receptors)."""
+  parts = [p for p in [index, *plastic]
+           if getattr(p, "max_degree", 1) and not getattr(p, "empty", False)]
+  lo = min((p.min_delay for p in parts), default=1)
+  hi = max((p.max_delay for p in parts), default=1)
+  r = max([index.n_receptors] + [p.n_receptors for p in plastic])
+  return lo, hi, r
 
 
 def block_spikes(out: jax.Array) -> jax.Array:

@@ -16,7 +16,9 @@ n_local`` (out of range: dropped by a ``mode='drop'`` scatter).
 The per-synapse fields are as narrow as the network's sizes allow (the
 index is most of a large network's memory): the dtypes are a static
 function of ``n_local``, ``max_delay`` and ``n_receptors`` (see
-:func:`field_dtypes`); the weight is always float32. Read a field with
+:func:`field_dtypes`); the weight is float32 (``connect``'s
+``weight_dtype`` may make it wider, for plastic synapses followed in
+float64). Read a field with
 ``.astype(jnp.int32)`` before arithmetic.
 
 Example:
@@ -78,7 +80,7 @@ class SynapseIndex:
       presynaptic id ``j`` are its slots ``indptr[j] : indptr[j + 1]``.
     post: uint16 or int32 ``[S * capacity]``: the target, as an index into
       the shard's block of ``n_local`` neurons; ``n_local`` in unused slots.
-    weight: float32 ``[S * capacity]``.
+    weight: float32 (or ``connect``'s ``weight_dtype``) ``[S * capacity]``.
     delay: uint8, uint16 or int32 ``[S * capacity]``: in steps, ``>= 1``.
     receptor: uint8 (or wider) ``[S * capacity]``, the target's input channel
       (``0 .. n_receptors - 1``; e.g. 0 excitatory, 1 inhibitory); ``None``

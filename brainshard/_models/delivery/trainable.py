@@ -90,7 +90,7 @@ class TrainableDelivery:
                sizes: Sequence[int] = EVENT_SIZES, name: str = "delivery"):
     shards = on_mesh(index, mesh, axis, "TrainableDelivery")
     _check_blocks(index, shards, blocks)
-    every = steps_per_exchange(every, index, "TrainableDelivery")
+    every = steps_per_exchange(every, index.min_delay, "TrainableDelivery")
     if batch is not None and (not isinstance(batch, int) or batch < 1):
       raise ValueError(f"TrainableDelivery: batch = {batch!r} must be a "
                        "positive int or None.")

@@ -48,6 +48,7 @@ Example:
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Mapping
 
 import jax
@@ -56,41 +57,30 @@ import numpy as np
 
 from brainshard._models.connectivity.connect import connect
 from brainshard._models.connectivity.projection import Projection
-from brainshard._models.connectivity.rules import AllToAll, Rule
 from brainshard._models.delays import check_dt, delay_steps
-from brainshard._models.delivery.delivery import Delivery
+from brainshard._models.delivery.delivery import Delivery, delay_bounds
 from brainshard._models.devices import DEVICES
 from brainshard._models.devices.base import Device
 from brainshard._models.layout import Layout, mesh_axis
 from brainshard._models.population import population_ids
 from brainshard._models.network.groups import ModelGroup, group_key
+from brainshard._models.network.persist import NetworkState
+from brainshard._models.network.specs import (
+    conn_rule, neuron_model, syn_spec as read_syn_spec)
 from brainshard._models.network.stimulus import Stimulus
 from brainshard._models.network.nodes import DeviceNode, NodeCollection
 from brainshard._models.network.recorders import (
     RECORDERS, Multimeter, Recorder, SpikeRecorder)
-from brainshard._models.neurons import MODELS
+from brainshard._models.network.synapses import (
+    Synapses, build_plastic, tau_minus, weight_monitors)
+from brainshard._models.network.weights import WeightRecorder
 from brainshard._models.neurons.base import NeuronModel
+from brainshard._models.plasticity.history import DEFAULT_SIZE
 from brainshard._simulation.runner.runner import Runner, whole_steps
 
 __all__ = ["Network"]
 
-_SYN_KEYS = {"weight", "delay", "receptor_type", "synapse_model"}
-
-
-def _conn_rule(conn_spec: Any) -> Rule:
-  if conn_spec is None:
-    return AllToAll()  # NEST's default
-  if isinstance(conn_spec, str):
-    conn_spec = {"rule": conn_spec}
-  if isinstance(conn_spec, dict):
-    return Rule.from_nest(conn_spec)
-  if isinstance(conn_spec, Rule):
-    return conn_spec
-  raise TypeError(f"connect: conn_spec must be a NEST conn_spec (a rule name "
-                  f"or a dict), or a bs.models rule; got {conn_spec!r:.60}.")
-
-
-class Network:
+class Network(NetworkState):
   """Populations, connections, devices and recorders, simulated on a mesh.
 
   Args:
@@ -105,12 +95,16 @@ class Network:
       ``simulate``'s (or ``compile``'s) duration are multiples).
     chunk, progress, record_to: as ``bs.Runner``'s (``record_to``: a zarr
       path the recorders' records go to, host memory staying flat).
+    history: the entries of each neuron's spike history kept for the STDP
+      synapses onto it (``H``; see ``plasticity/history.py``): an update
+      that needed an older one is counted in :attr:`plasticity_overflow`.
   """
 
   def __init__(self, dt: float = 0.1, *, seed: int = 0, mesh: Any = None,
                axis: str | None = None, dtype: Any = jnp.float32,
                exchange_every: int | None = None, chunk: int | None = None,
-               progress: bool | str = False, record_to: Any = None):
+               progress: bool | str = False, record_to: Any = None,
+               history: int = DEFAULT_SIZE):
     self.dt = check_dt(dt, "Network")
     if isinstance(seed, (bool, np.bool_)) or not isinstance(
         seed, (int, np.integer)):
@@ -123,10 +117,18 @@ class Network:
       raise ValueError("Network(dtype=float64) needs 64-bit floats: "
                        "jax.config.update('jax_enable_x64', True) first.")
     self.mesh, self.axis = mesh_axis(mesh, axis, "Network", all_devices=True)
+    if isinstance(history, bool) or not isinstance(history, int) or (
+        history < 1):
+      raise ValueError(f"Network: history = {history!r} entries must be a "
+                       "positive int.")
+    self.history = history
     self._exchange = exchange_every
     self.chunk, self.progress, self.record_to = chunk, progress, record_to
     self._populations: list[tuple[str, NeuronModel, int]] = []
     self._projections: list[Projection] = []
+    self._keys: list[int] = []          # each static projection's place
+    self._plastic: list[Synapses] = []
+    self._weight_recorders: list[WeightRecorder] = []
     self._recorders: list[Recorder] = []
     self._stimuli: list[Stimulus] = []
     self._initial: dict[str, dict] = {}
@@ -134,6 +136,8 @@ class Network:
     self.runner: Runner | None = None
     self.delivery: Delivery | None = None
     self.groups: list[ModelGroup] = []
+    self.plastic: list[Any] = []
+    self.archive: Any = None
 
   def __repr__(self) -> str:
     pops = ", ".join(f"{label}: {n} {m.nest_name}"
@@ -168,6 +172,11 @@ class Network:
     if isinstance(n, Mapping) and params is None:  # create(model, params)
       n, params = 1, n
     params = dict(params or {})
+    if isinstance(model, str) and model == WeightRecorder.nest_name:
+      rec = WeightRecorder(self, label or f"{model}_"
+                           f"{len(self._weight_recorders)}", **params)
+      self._weight_recorders.append(rec)
+      return rec
     if isinstance(model, str) and model in RECORDERS:
       key = label or f"{model}_{len(self._recorders)}"
       rec = RECORDERS[model](self, key, **params)
@@ -183,7 +192,7 @@ class Network:
                         f"{device.nest_name}_{len(self._devices)}")
       self._devices.append(node)
       return node
-    model, initial = _neuron_model(model, params)
+    model, initial = neuron_model(model, params)
     if isinstance(n, (bool, np.bool_)) or not isinstance(
         n, (int, np.integer)) or n < 1:
       raise ValueError(f"create: n must be a positive int, got {n!r}.")
@@ -201,12 +210,17 @@ class Network:
     return NodeCollection(self, start, start + int(n), label)
 
   def connect(self, pre: Any, post: Any, conn_spec: Any = None,
-              syn_spec: Mapping[str, Any] | None = None) -> None:
+              syn_spec: Mapping[str, Any] | None = None) -> Any:
     """NEST's ``Connect``: neurons to neurons (``conn_spec``: a rule name,
     a NEST ``conn_spec`` dict or a ``bs.models`` rule; default
     ``'all_to_all'``; ``syn_spec``: ``weight``, ``delay`` (ms),
     ``receptor_type``, numbers or ``bs.models`` distributions), neurons to
-    a spike recorder, or a multimeter to neurons."""
+    a spike recorder, or a multimeter to neurons.
+
+    A ``synapse_model`` of ``'stdp_synapse'`` or ``'tsodyks2_synapse'``
+    (with NEST's parameters in ``syn_spec``, and a ``weight_recorder``) or
+    a ``bs.models.PairRule`` makes the synapses plastic: it returns their
+    :class:`~.synapses.Synapses` handle (``get()``, ``histogram()``)."""
     self._not_built("connect")
     if isinstance(post, SpikeRecorder):
       post.ranges.append(self._nodes(pre, "pre").ids)
@@ -223,21 +237,28 @@ class Network:
                       "(connect(neurons, recorder)); a multimeter goes to "
                       "neurons (connect(multimeter, neurons)).")
     pre, post = self._nodes(pre, "pre"), self._nodes(post, "post")
-    syn = _syn_spec(syn_spec)
-    model = syn.get("synapse_model", "static_synapse")
-    if model != "static_synapse":
-      raise NotImplementedError(f"connect: synapse_model {model!r}; this "
-                                "network has static synapses.")
+    syn, model = read_syn_spec(syn_spec)
     receptor = self._receptor(post, syn.get("receptor_type"))
-    proj = Projection(pre.ids, post.ids, _conn_rule(conn_spec),
+    proj = Projection(pre.ids, post.ids, conn_rule(conn_spec),
                       weight=syn.get("weight", 1.0),
                       delay=syn.get("delay", 1.0), receptor=receptor,
                       name=f"{pre.label} -> {post.label}")
     # its errors now, not at build
-    _, _, delay, _ = proj.checked(len(self._projections))
+    position = len(self._projections) + len(self._plastic)
+    _, _, delay, _ = proj.checked(position)
     if delay.family == "const":
-      delay_steps(delay.largest(), self.dt, proj.label(len(self._projections)))
-    self._projections.append(proj)
+      delay_steps(delay.largest(), self.dt, proj.label(position))
+    if model is None:
+      self._projections.append(proj)
+      self._keys.append(position)
+      return None
+    recorder = syn.get("weight_recorder")
+    if recorder is not None and not isinstance(recorder, WeightRecorder):
+      raise TypeError(f"connect: weight_recorder must be one this network "
+                      f"created ('weight_recorder'), got {recorder!r:.60}.")
+    handle = Synapses(self, position, proj, model, recorder)
+    self._plastic.append(handle)
+    return handle
 
   def _connect_device(self, node: DeviceNode, post: NodeCollection,
                       conn_spec: Any, syn_spec: Any) -> None:
@@ -247,7 +268,10 @@ class Network:
         "rule": "all_to_all"}:
       raise ValueError(f"connect: a device connects all_to_all (every "
                        f"target its own stimulus), not {conn_spec!r}.")
-    syn = _syn_spec(syn_spec)
+    syn, model = read_syn_spec(syn_spec)
+    if model is not None:
+      raise ValueError(f"connect: a device's synapses are static, not "
+                       f"{syn_spec['synapse_model']!r:.60}.")
     where = f"connect({node.label} -> {post.label})"
     weight = syn.get("weight", 1.0)
     if isinstance(weight, (bool, np.bool_)) or not isinstance(
@@ -310,7 +334,11 @@ class Network:
     layout = Layout([(label, n) for label, _, n in self._populations],
                     n_shards=self.mesh.shape[self.axis])
     index = connect(self._projections, layout, dt=self.dt, seed=self.seed,
-                    mesh=self.mesh, axis=self.axis)
+                    mesh=self.mesh, axis=self.axis, keys=self._keys)
+    self.plastic, self.archive = build_plastic(
+        self._plastic, layout, dt=self.dt, seed=self.seed, mesh=self.mesh,
+        axis=self.axis, dtype=self.dtype,
+        tau_minus=tau_minus(self._populations, layout), history=self.history)
     by_key: dict[Any, list] = {}
     for label, model, _ in self._populations:
       by_key.setdefault(group_key(model), []).append((label, model))
@@ -319,9 +347,14 @@ class Network:
                               axis=self.axis, dtype=self.dtype,
                               initial=self._initial)
                    for members in by_key.values()]
-    every = self._exchange_every(index.min_delay, first)
+    every = self._exchange_every(delay_bounds(index, self.plastic)[0], first)
+    for rec in self._weight_recorders:
+      for syn in self._plastic:
+        if syn.recorder is rec:
+          rec.attach(syn.plastic, self.mesh, self.axis, every)
     self.delivery = Delivery(index, self.mesh, axis=self.axis, every=every,
-                             name="network", dtype=self.dtype)
+                             name="network", dtype=self.dtype,
+                             plastic=self.plastic)
     self.step = self.delivery.step(self._update)
     monitors: dict[str, Any] = {}
     for rec in self._recorders:
@@ -330,13 +363,18 @@ class Network:
                                         self.mesh.shape[self.axis])
       else:
         monitors.update(rec.monitors(every, self.dt, self._parts(rec)))
+    monitors.update(weight_monitors(self._plastic, self._weight_recorders,
+                                    every, self.dt, self.mesh, self.axis))
     self.runner = Runner(self.step, monitors, dt=self.dt * every,
                          chunk=self.chunk, progress=self.progress,
-                         record_to=self.record_to)
+                         record_to=self.record_to,
+                         checkpoint_states=self._states())
 
   def _exchange_every(self, min_delay: int, first: int | None) -> int:
     intervals = [rec.interval_steps(self.dt) for rec in self._recorders
-                 if isinstance(rec, Multimeter)]
+                 if isinstance(rec, Multimeter)] + [
+                     h.interval_steps(self.dt) for syn in self._plastic
+                     for h in syn.histograms]
     every = self._exchange
     if every is None:
       every = min_delay
@@ -348,7 +386,7 @@ class Network:
       raise ValueError(
           f"Network: exchange_every = {every!r} must be an int in [1, "
           f"{min_delay}] (the shortest delay in steps) that divides every "
-          f"multimeter interval ({intervals} steps).")
+          f"multimeter and weight histogram interval ({intervals} steps).")
     return every
 
   @property
@@ -400,7 +438,10 @@ class Network:
     spikes = jnp.zeros(n_local, bool)
     for group in self.groups:
       spikes = spikes | group.step(inputs, currents, ids)
-    return spikes & (ids < self.layout.n)  # padding never fires
+    spikes = spikes & (ids < self.layout.n)  # padding never fires
+    if self.archive is not None:  # NEST stamps a spike with the step's end
+      self.archive.record(spikes, self.delivery.t.value + 1)
+    return spikes
 
   # -- running ---------------------------------------------------------------
 
@@ -425,7 +466,16 @@ class Network:
     last call stopped; recorders keep every call's records."""
     self._dt_steps(t, "simulate")
     self.build(t)
+    before = self.plasticity_overflow
     self.runner.run(self._steps(t, "simulate"))
+    after = self.plasticity_overflow
+    if after > before:
+      warnings.warn(
+          f"Network.simulate: {after - before} STDP update(s) may have "
+          f"missed a post spike (a neuron fired more than history = "
+          f"{self.history} times within a synapse's window): their weights "
+          "are not NEST's. Raise Network(history=...).", RuntimeWarning,
+          stacklevel=2)
 
   def compile(self, t: float) -> float:
     """Compiles, ahead of time, what ``simulate(t)`` will run (so that a
@@ -450,37 +500,3 @@ class Network:
         return np.asarray(group.states[name].value)[nodes.start:nodes.stop]
     raise ValueError(f"Network.get: {nodes!r} has no state variable "
                      f"{name!r} (or spans models).")
-
-
-def _syn_spec(syn_spec: Any) -> dict:
-  syn = dict(syn_spec or {})
-  unknown = sorted(set(syn) - _SYN_KEYS)
-  if unknown:
-    raise ValueError(f"connect: syn_spec takes {sorted(_SYN_KEYS)}, not "
-                     f"{unknown}.")
-  return syn
-
-
-def _neuron_model(model: Any, params: dict) -> tuple[NeuronModel, dict]:
-  """The model with ``params`` set, and the initial values of state
-  variables given among them (NEST's ``V_m`` in ``Create``'s params)."""
-  if isinstance(model, str):
-    if model not in MODELS:
-      raise ValueError(f"create: unknown model {model!r}; the neuron models "
-                       f"are {sorted(MODELS)}, the devices {sorted(DEVICES)}, "
-                       f"the recorders {sorted(RECORDERS)}.")
-    model = MODELS[model]
-  cls = model if isinstance(model, type) else type(model)
-  if not (isinstance(cls, type) and issubclass(cls, NeuronModel)):
-    raise TypeError(f"create: model must be a NEST model name or a "
-                    f"bs.models neuron model, got {model!r:.60}.")
-  initial = {k: params.pop(k) for k in list(params)
-             if k in cls.initial and k not in cls.defaults}
-  for k, v in initial.items():
-    if not np.all(np.isfinite(np.asarray(v, np.float64))):
-      raise ValueError(f"create: initial {k} must be finite.")
-  if isinstance(model, NeuronModel):
-    changed = {k: v for k, v in model.params.items()
-               if np.ndim(v) or v != model.defaults[k]}
-    params = {**changed, **params}
-  return cls(**params), initial

@@ -17,12 +17,13 @@ from brainshard._models.neurons.iaf_cond import IafCondAlpha, IafCondExp
 from brainshard._models.neurons.iaf_psc import (
     IafPscAlpha, IafPscDelta, IafPscExp)
 from brainshard._models.neurons.izhikevich import Izhikevich
+from brainshard._models.neurons.parrot import ParrotNeuron
 
 __all__ = ["NeuronModel", "IafPscDelta", "IafPscExp", "IafPscAlpha",
            "Izhikevich", "IafCondExp", "IafCondAlpha", "AeifCondExp",
-           "HhPscAlpha", "MODELS"]
+           "HhPscAlpha", "ParrotNeuron", "MODELS"]
 
 MODELS: dict[str, type[NeuronModel]] = {
     cls.nest_name: cls
     for cls in (IafPscDelta, IafPscExp, IafPscAlpha, Izhikevich, IafCondExp,
-                IafCondAlpha, AeifCondExp, HhPscAlpha)}
+                IafCondAlpha, AeifCondExp, HhPscAlpha, ParrotNeuron)}

@@ -59,7 +59,11 @@ import numpy as np
 
 from brainshard._models.nest_params import refuse_unknown
 
-__all__ = ["NeuronModel", "cast_constants", "lower_bound"]
+__all__ = ["NeuronModel", "ARCHIVING", "cast_constants", "lower_bound"]
+
+# NEST's ArchivingNode parameters, taken by every neuron model: the post
+# trace's time constant of the STDP synapses onto the neuron (ms).
+ARCHIVING = {"tau_minus": 20.0}
 
 
 class NeuronModel:
@@ -79,6 +83,11 @@ class NeuronModel:
     recordables: what a ``multimeter`` may record (default: the state's
       float variables).
 
+  Every model also takes NEST's ``tau_minus`` (ms, default 20): the time
+  constant of the trace ``K_minus`` an ``ArchivingNode`` keeps of its own
+  spikes for the STDP synapses onto it (appended to each class's
+  ``defaults``; the model's step never reads it).
+
   A default that is a ``bool`` (NEST's ``refractory_input``,
   ``consistent_integration``) is a flag: it takes a bool, one for the whole
   model, and :meth:`update` reads it from :attr:`params` as a Python value
@@ -95,6 +104,11 @@ class NeuronModel:
   # State variables that count steps (refractory counters): int32.
   counters: ClassVar[tuple[str, ...]] = ()
 
+  def __init_subclass__(cls, **kwargs: Any):
+    super().__init_subclass__(**kwargs)
+    if "defaults" in cls.__dict__ and "tau_minus" not in cls.defaults:
+      cls.defaults = {**cls.defaults, **ARCHIVING}
+
   def __init__(self, **params: Any):
     refuse_unknown(self.nest_name, self.defaults, params)
     merged: dict[str, Any] = dict(self.defaults)
@@ -103,6 +117,8 @@ class NeuronModel:
       default = self.defaults[name]
       merged[name] = (_flag(value, what) if isinstance(default, bool)
                       else _checked(value, what, default))
+    if np.any(np.asarray(merged.get("tau_minus", 1.0)) <= 0):
+      raise ValueError(f"{self.nest_name}: tau_minus must be > 0.")
     self.validate(merged)
     self.params: dict[str, Any] = merged
 

@@ -70,11 +70,16 @@ class PostHistory:
     kminus: float ``[n, H]``: NEST's ``K_minus`` just after each spike.
     count: int32 ``[n]``: spikes so far (entries ``count - H .. count - 1``
       are held).
+    last_time, last_kminus: ``[n]``: the newest entry again, which
+      :func:`record` reads: reading it from the ring it writes would make
+      XLA:CPU copy the whole ring every step.
   """
 
   times: jax.Array
   kminus: jax.Array
   count: jax.Array
+  last_time: jax.Array
+  last_kminus: jax.Array
 
   @property
   def size(self) -> int:
@@ -89,7 +94,8 @@ def post_history(n: int, size: int = DEFAULT_SIZE,
   if size < 1:
     raise ValueError(f"post_history: size = {size} must be >= 1.")
   return PostHistory(jnp.zeros((n, size), jnp.int32),
-                     jnp.zeros((n, size), dtype), jnp.zeros((n,), jnp.int32))
+                     jnp.zeros((n, size), dtype), jnp.zeros((n,), jnp.int32),
+                     jnp.zeros((n,), jnp.int32), jnp.zeros((n,), dtype))
 
 
 @jax.jit  # one program when called eagerly, inlined under a trace
@@ -100,20 +106,23 @@ def record(hist: PostHistory, spikes: jax.Array, stamp, tau_minus,
   K exp((t_prev - t) / tau_minus) + 1`` (``tau_minus`` ms, a number or one
   per neuron). Call it after the neurons' update emitted ``spikes``."""
   h, c = hist.size, hist.count
-  rows = jnp.arange(c.shape[0])
-  last = (c - 1) % h
-  t_prev, k_prev = hist.times[rows, last], hist.kminus[rows, last]
+  n = c.shape[0]
+  t_prev, k_prev = hist.last_time, hist.last_kminus
   stamp = jnp.asarray(stamp, jnp.int32)
   # NEST multiplies by 1 / tau_minus (tau_minus_inv_), as here; K starts
   # at 0, so the first spike gives exactly 1.
   gap = (t_prev - stamp).astype(k_prev.dtype) * dt
-  k_new = jnp.where(c > 0, k_prev * jnp.exp(gap * (1.0 / tau_minus)), 0) + 1
-  slot = c % h
-  times = hist.times.at[rows, slot].set(
-      jnp.where(spikes, stamp, hist.times[rows, slot]))
-  kminus = hist.kminus.at[rows, slot].set(
-      jnp.where(spikes, k_new.astype(k_prev.dtype), hist.kminus[rows, slot]))
-  return PostHistory(times, kminus, c + spikes.astype(jnp.int32))
+  k_new = (jnp.where(c > 0, k_prev * jnp.exp(gap * (1.0 / tau_minus)), 0)
+           + 1).astype(k_prev.dtype)
+  # only the neurons that fired write their slot (the others' dropped)
+  at = jnp.where(spikes, jnp.arange(n, dtype=jnp.int32) * h + c % h, n * h)
+  put = lambda ring, v: ring.reshape(-1).at[at].set(  # noqa: E731
+      v, mode="drop").reshape(ring.shape)
+  stamps = jnp.broadcast_to(stamp, (n,))
+  return PostHistory(put(hist.times, stamps), put(hist.kminus, k_new),
+                     c + spikes.astype(jnp.int32),
+                     jnp.where(spikes, stamps, t_prev),
+                     jnp.where(spikes, k_new, k_prev))
 
 
 def _flat(hist: PostHistory, post: jax.Array, m: jax.Array) -> jax.Array:
