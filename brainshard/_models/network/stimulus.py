@@ -29,10 +29,12 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from brainshard._simulation.random.blocks import block_key
@@ -72,8 +74,8 @@ class Stimulus(NamedTuple):
     targets = jnp.where(inside, window - start, -1)
     key = None
     if self.device.random:
-      key = jax.random.fold_in(jax.random.key(seed), 0x5EED + self.number)
-      key = block_key(key, 0, jnp.asarray(first).astype(jnp.uint32))
+      key = block_key(connection_key(seed, self.number), 0,
+                      jnp.asarray(first).astype(jnp.uint32))
     c = self.device.constants(dt)
     # spec=P(): the draw is the window's, not a block per shard of it
     value = self.device.emit(c, t - self.delay, targets, key, dtype=dtype,
@@ -82,13 +84,31 @@ class Stimulus(NamedTuple):
     off = first - base
     if self.device.emits == "current":
       return inputs, _add_at(currents, value, off)
-    return inputs.at[self.receptor].set(
-        _add_at(inputs[self.receptor], value, off)), currents
+    # one update of the [R, n] block: a row read, added to and set back
+    # copied the block twice a connection (XLA:CPU, eight connections)
+    return _add_at(inputs, value[None], (self.receptor, off)), currents
 
 
-def _add_at(row: jax.Array, value: jax.Array, off: Any) -> jax.Array:
-  """``row`` with ``value`` added to its elements from ``off`` on."""
-  if isinstance(off, int):
-    return row.at[off:off + value.shape[0]].add(value)
-  part = jax.lax.dynamic_slice_in_dim(row, off, value.shape[0])
-  return jax.lax.dynamic_update_slice_in_dim(row, part + value, off, 0)
+@functools.lru_cache(maxsize=256)
+def _key_data(seed: int, number: int) -> np.ndarray:
+  with jax.ensure_compile_time_eval():
+    key = jax.random.fold_in(jax.random.key(seed), 0x5EED + number)
+    return np.asarray(jax.random.key_data(key))
+
+
+def connection_key(seed: int, number: int) -> jax.Array:
+  """Connection ``number``'s key, ``fold_in(key(seed), 0x5EED + number)``,
+  hashed once on the host: in the step it is a constant (traced, the fold
+  ran every step, a threefry loop XLA does not hoist)."""
+  return jax.random.wrap_key_data(jnp.asarray(_key_data(seed, number)))
+
+
+def _add_at(x: jax.Array, value: jax.Array, off: Any) -> jax.Array:
+  """``x`` with ``value`` added to its elements from ``off`` on (an int or
+  a tuple, one per dimension; ints make static slices)."""
+  off = off if isinstance(off, tuple) else (off,)
+  if all(isinstance(o, int) for o in off):
+    return x.at[tuple(slice(o, o + w) for o, w in zip(off, value.shape))
+                ].add(value)
+  part = jax.lax.dynamic_slice(x, off, value.shape)
+  return jax.lax.dynamic_update_slice(x, part + value, off)
