@@ -65,6 +65,7 @@ from brainshard._models.layout import Layout, mesh_axis
 from brainshard._models.population import population_ids
 from brainshard._models.network.groups import ModelGroup, group_key
 from brainshard._models.network.stimulus import Stimulus
+from brainshard._models.network.poisson_pass import passes
 from brainshard._models.network.nodes import DeviceNode, NodeCollection
 from brainshard._models.network.recorders import (
     RECORDERS, Multimeter, Recorder, SpikeRecorder)
@@ -319,6 +320,7 @@ class Network:
                               axis=self.axis, dtype=self.dtype,
                               initial=self._initial)
                    for members in by_key.values()]
+    self._passes = passes(self._stimuli, self.dt)  # Poisson draws fused
     every = self._exchange_every(index.min_delay, first)
     self.delivery = Delivery(index, self.mesh, axis=self.axis, every=every,
                              name="network", dtype=self.dtype)
@@ -393,7 +395,7 @@ class Network:
       inputs = jnp.concatenate([inputs, jnp.zeros(
           (rows - inputs.shape[0], n_local), self.dtype)])
       t = self.delivery.t.value
-      for stim in self._stimuli:
+      for stim in self._passes:
         inputs, currents = stim.add(inputs, currents, t, ids, self.seed,
                                     self.dt, self.dtype,
                                     self.mesh.shape[self.axis])

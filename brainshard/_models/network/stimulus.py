@@ -39,7 +39,7 @@ from jax.sharding import PartitionSpec as P
 
 from brainshard._simulation.random.blocks import block_key
 
-__all__ = ["Stimulus"]
+__all__ = ["Stimulus", "connection_key", "window_of", "add_spikes"]
 
 
 class Stimulus(NamedTuple):
@@ -60,15 +60,7 @@ class Stimulus(NamedTuple):
     added for the shard's neurons ``ids`` (``shards``: the number of
     shards, where known; 1 makes the window static)."""
     start, stop = self.ids
-    n_local = ids.shape[0]
-    width = min(n_local, stop - start)
-    # The window [first, first + width) lies in the shard and holds every
-    # target the shard has.
-    # on one shard its first id is 0, known: the window is a static slice,
-    # which XLA:CPU fuses far better than a dynamic one
-    base = ids[0] if shards != 1 else 0
-    first = (min(max(start, 0), n_local - width) if shards == 1 else
-             jnp.clip(start, base, base + n_local - width))
+    first, width, off = window_of(start, stop, ids, shards)
     window = first + jnp.arange(width, dtype=ids.dtype)
     inside = (window >= start) & (window < stop)
     targets = jnp.where(inside, window - start, -1)
@@ -81,12 +73,35 @@ class Stimulus(NamedTuple):
     value = self.device.emit(c, t - self.delay, targets, key, dtype=dtype,
                              spec=P())
     value = self.weight * value.astype(dtype)
-    off = first - base
     if self.device.emits == "current":
       return inputs, _add_at(currents, value, off)
-    # one update of the [R, n] block: a row read, added to and set back
-    # copied the block twice a connection (XLA:CPU, eight connections)
-    return _add_at(inputs, value[None], (self.receptor, off)), currents
+    return add_spikes(inputs, value, self.receptor, off), currents
+
+
+def window_of(start: int, stop: int, ids: jax.Array, shards: int = 0
+              ) -> tuple[Any, int, Any]:
+  """``(first, width, off)``: the window ``[first, first + width)`` of
+  global ids that lies in the shard of ``ids`` and holds every id of
+  ``[start, stop)`` the shard has, and its offset in the shard. On one
+  shard (``shards == 1``) its first id is 0, known: ``first`` and ``off``
+  are ints, the window a static slice, which XLA:CPU fuses far better
+  than a dynamic one."""
+  n_local = ids.shape[0]
+  width = min(n_local, stop - start)
+  if shards == 1:
+    first = min(max(start, 0), n_local - width)
+    return first, width, first
+  base = ids[0]
+  first = jnp.clip(start, base, base + n_local - width)
+  return first, width, first - base
+
+
+def add_spikes(inputs: jax.Array, value: jax.Array, receptor: int,
+               off: Any) -> jax.Array:
+  """``inputs [R, n]`` with ``value`` added to row ``receptor`` from
+  ``off`` on: one update of the block (a row read, added to and set back
+  copied the block twice a connection on XLA:CPU)."""
+  return _add_at(inputs, value[None], (receptor, off))
 
 
 @functools.lru_cache(maxsize=256)
