@@ -11,19 +11,20 @@ What it mirrors, piece by piece:
   float32 as ``ModelGroup`` keeps it) and ``model.initial_v``. Nothing else
   of brainshard's State machinery: the time-stepping has no ``bs.State``,
   ``bs.jit``, ``bs.shard_map``, ``bs.Runner``, monitor or ``bm.Network``.
-- a step (``Network._update`` inside ``Delivery._block``): each
-  population's ``poisson_generator`` drawn with the library device
-  (``bm.PoissonGenerator.emit`` at step ``t - 15``, the connection's key
-  ``fold_in(key(seed), 0x5EED + i)`` as a block key at the population's
-  first id: its window of the draw over all neurons, as ``Stimulus.add``),
-  times ``w_ext`` into receptor 0; the neuron update
+- a step (``Network._update`` inside ``Delivery._block``): the eight
+  populations' ``poisson_generator`` s drawn in one pass, as the network
+  draws them (``PoissonPass.values`` at step ``t - 15``: each connection's
+  key ``fold_in(key(seed), 0x5EED + i)`` folded with its step, every
+  neuron's element of its population's draw), times ``w_ext`` into
+  receptor 0; the neuron update
   ``bm.IafPscExp.update``; the ring buffer of ``Delivery._block`` written
   out on arrays (clear / update / deliver / read, ``every = 1``, two
   receptors), clearing and delivering through the library kernels
   ``clear_slots`` and ``bm.deliver`` with the sizes, window width and
   kernel choice Delivery passes.
-- a chunk: ``jax.jit`` of a ``lax.scan`` over the chunk's global step
-  indices (the example's chunk: 500 steps), no donation (``bs.Runner``
+- a chunk (``_twin.chunk_program``): ``jax.jit`` of a ``lax.scan`` over
+  the chunk's global step indices (the example's chunk: 500 steps), no
+  donation (``bs.Runner``
   donates nothing), each population's spikes ORed into its own word buffer
   (``spikes.record_spikes``: a ``spike_recorder`` per population, each
   recording its population's slice); after each dispatch the library's
@@ -44,35 +45,26 @@ Example (building takes seconds, hence the skips):
 
 from __future__ import annotations
 
-import collections
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.sharding import NamedSharding, PartitionSpec as P, SingleDeviceSharding
 
+from benchmarks import _twin
 from benchmarks._harness import clock
-from brainshard._simulation.monitors import spikes as spk
-from brainshard._simulation.runner.chunked import chunk_lengths
-from brainshard._simulation.random.blocks import block_key
+from brainshard._models.network.poisson_pass import PoissonPass
+from brainshard._models.network.stimulus import Stimulus
 
-__all__ = ["network", "plain", "make_step", "chunk_program", "twin_run"]
+__all__ = ["network", "plain", "make_step", "twin_run"]
 
 
 def plain(tree):
-  """``tree``'s arrays on the first device with no mesh in their type (an
-  Explicit mesh axis stays in a value's type through ``device_put`` to a
-  device; a replicated spec first drops it). No copy on one device."""
+  """``tree``'s arrays on the first device with no mesh in their type: a
+  host copy put back (an Explicit mesh axis stays in a value's type
+  through ``device_put``, even to one device, and a ring buffer updated
+  through such an index took the mesh into its type too)."""
   dev = jax.devices()[0]
-
-  def one(a):
-    sharding = getattr(a, "sharding", None)
-    if isinstance(sharding, NamedSharding):
-      a = jax.device_put(a, NamedSharding(sharding.mesh, P()))
-    return jax.device_put(a, dev)
-
-  return jax.tree.map(one, tree)
+  return jax.tree.map(lambda a: jax.device_put(np.asarray(a), dev), tree)
 
 
 def network(scale: float, k_scale: float, seed: int = 1, dt: float = 0.1,
@@ -111,19 +103,18 @@ def network(scale: float, k_scale: float, seed: int = 1, dt: float = 0.1,
   for name, v0 in zip(names, model.initial_v(net, seed)):
     start, stop = lay.range(name)
     state["V_m"][start:stop] = v0
-  stims = []
-  for i, name in enumerate(names):  # connection i: population i's generator
-    pg = bm.PoissonGenerator(rate=float(params.BG_RATE * net.k_ext[i]))
-    start, stop = lay.range(name)
-    key = jax.random.fold_in(jax.random.key(seed), 0x5EED + i)
-    stims.append((start, stop, pg, pg.constants(dt), block_key(key, 0, start)))
+  delay = int(bm.delay_steps(params.DELAY_POISSON, dt))
+  # connection i: population i's generator, all drawn in one pass
+  background = PoissonPass(tuple(
+      Stimulus(bm.PoissonGenerator(rate=float(params.BG_RATE * k)),
+               lay.range(name), net.weight_ext, delay, 0, i)
+      for i, (name, k) in enumerate(zip(names, net.k_ext))), 0)
   n, length = lay.n_padded, bm.ring_length(index.max_delay, 1)
   state = dict(state, buffer=jnp.zeros((2, length, n), jnp.float32),
                current=jnp.zeros((1, 2, n), jnp.float32),
                t=jnp.zeros((), jnp.int32))
-  return dict(index=index, model=neuron, consts=plain(consts), stims=stims,
-              state=plain(state), w_ext=net.weight_ext,
-              delay=int(bm.delay_steps(params.DELAY_POISSON, dt)),
+  return dict(index=index, model=neuron, consts=plain(consts),
+              background=background, seed=seed, state=plain(state),
               length=length, n=n, layout=lay, dt=dt,
               n_synapses=int(np.asarray(index.count).sum()))
 
@@ -134,14 +125,13 @@ def make_step(net: dict):
   from brainshard import models as bm
   from brainshard._models.delivery.events import EVENT_SIZES
   from brainshard._models.delivery.push import clear_slots
-  neuron, stims, w_ext = net["model"], net["stims"], net["w_ext"]
-  delay, length, n = net["delay"], net["length"], net["layout"].n
+  neuron, background = net["model"], net["background"]
+  seed, dt, length, n = net["seed"], net["dt"], net["length"], net["layout"].n
   width = 1024 if jax.devices()[0].platform == "cpu" else None  # as Delivery
 
   def update(s, inputs, consts, t):  # Network._update
-    for start, stop, pg, c, key in stims:
-      counts = pg.emit(c, t - delay, jnp.arange(stop - start), key, spec=P())
-      inputs = inputs.at[0, start:stop].add(w_ext * counts.astype(jnp.float32))
+    counts = background.values(t, 0, n, seed, dt, jnp.float32)
+    inputs = inputs.at[0, :n].add(counts)
     old = {k: s[k] for k in neuron.initial}
     new, spikes = neuron.update(consts, old, inputs, jnp.zeros(n))
     return dict(s, **new), spikes & (jnp.arange(spikes.shape[0]) < n)
@@ -159,34 +149,6 @@ def make_step(net: dict):
   return step
 
 
-def chunk_program(step, ranges: list, length: int):
-  """``jax.jit`` of ``length`` steps from global step ``i0``: ``(state,
-  index, consts, i0) -> (state, words)``, one Recorder word buffer per
-  population ``ranges`` (its slice of the spikes). No donation: bs.Runner
-  donates no State."""
-
-  def chunk(state, index, consts, i0):
-    base = i0 // spk.BITS
-
-    def body(c, i):
-      s, words = c
-      s, spikes = step(s, index, consts)
-      words = [spk.record_spikes(w, spikes[a:b], i, base)
-               for w, (a, b) in zip(words, ranges)]
-      return (s, words), None
-
-    words = [jnp.zeros((spk.word_rows(length), b - a), jnp.uint32)
-             for a, b in ranges]
-    steps = i0 + jnp.arange(length, dtype=jnp.int32)
-    (state, words), _ = lax.scan(body, (state, words), steps)
-    return state, words
-
-  # Outputs pinned to the device: left to jit, the ring buffer came back
-  # with the connectivity's one-device mesh in its sharding (JAX 0.12),
-  # and the next chunk compiled again.
-  return jax.jit(chunk, out_shardings=SingleDeviceSharding(jax.devices()[0]))
-
-
 def twin_run(scale: float, k_scale: float, seed: int = 1, chunk: int = 500,
              dt: float = 0.1, index=None):
   """Builds the network; returns ``(build_s, run(ms) -> (steps, neurons))``:
@@ -195,59 +157,13 @@ def twin_run(scale: float, k_scale: float, seed: int = 1, chunk: int = 500,
   them together (``net`` and ``programs`` are on ``run``)."""
   with clock() as build:
     net = network(scale, k_scale, seed, dt, index)
-    state = [net["state"]]
     args = (net["index"], net["consts"])
-    jax.block_until_ready((state, args))
-  build_s = build.s
-  step = make_step(net)
+    jax.block_until_ready((net["state"], args))
   lay = net["layout"]
-  ranges = [lay.range(name) for name in lay.names]
-  programs: dict[int, object] = {}
-  capacity: list = [None] * len(ranges)  # the Recorder's, kept between runs
-  pos = [0]
-
-  def dispatch(start: int, length: int):
-    if length not in programs:
-      programs[length] = chunk_program(step, ranges, length)
-    state[0], words = programs[length](state[0], *args, np.int32(start))
-    comps = [spk.compact(w, capacity[k]) for k, w in enumerate(words)]
-    for k, c in enumerate(comps):  # async copies to the host
-      capacity[k] = capacity[k] or c.capacity
-    return start, length, words, comps
-
-  def collect(start, length, words, comps):  # Recorder._decode, per buffer
-    steps, neurons = [], []
-    for k, (w, comp) in enumerate(zip(words, comps)):
-      while True:
-        try:
-          s, nn = spk.decode(comp, start, length, start // spk.BITS)
-          break
-        except spk.Overflow as e:
-          capacity[k] = spk.grown_capacity(e.needed, w.shape[0] * w.shape[1])
-          comp = spk.compact(w, capacity[k])
-      steps.append(s)
-      neurons.append(np.asarray(nn) + ranges[k][0])
-    return np.concatenate(steps), np.concatenate(neurons)
-
-  def run(ms: float):
-    pending: collections.deque = collections.deque()
-    steps, neurons = [], []
-    lengths = chunk_lengths(int(round(ms / dt)), chunk)
-    end = pos[0] + sum(lengths)
-    for length in lengths:
-      pending.append(dispatch(pos[0], length))
-      pos[0] += length
-      # One chunk ahead (ChunkedLoop.iterate): chunk k is decoded once
-      # chunk k + 1 is dispatched.
-      while len(pending) > 1 or (pending and pos[0] == end):
-        s, nn = collect(*pending.popleft())
-        steps.append(s)
-        neurons.append(nn)
-    if not steps:
-      return np.zeros(0, np.int64), np.zeros(0, np.int32)
-    steps, neurons = np.concatenate(steps), np.concatenate(neurons)
-    order = np.lexsort((neurons, steps))
-    return steps[order], neurons[order]
-
-  run.net, run.programs = net, programs
-  return build_s, run
+  sources = [_twin.Source(lambda s, a=a, b=b: s[a:b],
+                          lambda c, f, a=a: (c, f + a))
+             for a, b in (lay.range(name) for name in lay.names)]
+  run = _twin.twin_run(make_step(net), net["state"], args, sources,
+                       chunk=chunk, calls_per_ms=1.0 / dt)
+  run.net = net
+  return build.s, run

@@ -68,6 +68,7 @@ from brainshard._models.network.persist import NetworkState
 from brainshard._models.network.specs import (
     conn_rule, neuron_model, syn_spec as read_syn_spec)
 from brainshard._models.network.stimulus import Stimulus
+from brainshard._models.network.poisson_pass import passes
 from brainshard._models.network.nodes import DeviceNode, NodeCollection
 from brainshard._models.network.recorders import (
     RECORDERS, Multimeter, Recorder, SpikeRecorder)
@@ -347,6 +348,7 @@ class Network(NetworkState):
                               axis=self.axis, dtype=self.dtype,
                               initial=self._initial)
                    for members in by_key.values()]
+    self._passes = passes(self._stimuli, self.dt)  # Poisson draws fused
     every = self._exchange_every(delay_bounds(index, self.plastic)[0], first)
     for rec in self._weight_recorders:
       for syn in self._plastic:
@@ -431,7 +433,7 @@ class Network(NetworkState):
       inputs = jnp.concatenate([inputs, jnp.zeros(
           (rows - inputs.shape[0], n_local), self.dtype)])
       t = self.delivery.t.value
-      for stim in self._stimuli:
+      for stim in self._passes:
         inputs, currents = stim.add(inputs, currents, t, ids, self.seed,
                                     self.dt, self.dtype,
                                     self.mesh.shape[self.axis])

@@ -29,15 +29,17 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from brainshard._simulation.random.blocks import block_key
 
-__all__ = ["Stimulus"]
+__all__ = ["Stimulus", "connection_key", "window_of", "add_spikes"]
 
 
 class Stimulus(NamedTuple):
@@ -58,37 +60,70 @@ class Stimulus(NamedTuple):
     added for the shard's neurons ``ids`` (``shards``: the number of
     shards, where known; 1 makes the window static)."""
     start, stop = self.ids
-    n_local = ids.shape[0]
-    width = min(n_local, stop - start)
-    # The window [first, first + width) lies in the shard and holds every
-    # target the shard has.
-    # on one shard its first id is 0, known: the window is a static slice,
-    # which XLA:CPU fuses far better than a dynamic one
-    base = ids[0] if shards != 1 else 0
-    first = (min(max(start, 0), n_local - width) if shards == 1 else
-             jnp.clip(start, base, base + n_local - width))
+    first, width, off = window_of(start, stop, ids, shards)
     window = first + jnp.arange(width, dtype=ids.dtype)
     inside = (window >= start) & (window < stop)
     targets = jnp.where(inside, window - start, -1)
     key = None
     if self.device.random:
-      key = jax.random.fold_in(jax.random.key(seed), 0x5EED + self.number)
-      key = block_key(key, 0, jnp.asarray(first).astype(jnp.uint32))
+      key = block_key(connection_key(seed, self.number), 0,
+                      jnp.asarray(first).astype(jnp.uint32))
     c = self.device.constants(dt)
     # spec=P(): the draw is the window's, not a block per shard of it
     value = self.device.emit(c, t - self.delay, targets, key, dtype=dtype,
                              spec=P())
     value = self.weight * value.astype(dtype)
-    off = first - base
     if self.device.emits == "current":
       return inputs, _add_at(currents, value, off)
-    return inputs.at[self.receptor].set(
-        _add_at(inputs[self.receptor], value, off)), currents
+    return add_spikes(inputs, value, self.receptor, off), currents
 
 
-def _add_at(row: jax.Array, value: jax.Array, off: Any) -> jax.Array:
-  """``row`` with ``value`` added to its elements from ``off`` on."""
-  if isinstance(off, int):
-    return row.at[off:off + value.shape[0]].add(value)
-  part = jax.lax.dynamic_slice_in_dim(row, off, value.shape[0])
-  return jax.lax.dynamic_update_slice_in_dim(row, part + value, off, 0)
+def window_of(start: int, stop: int, ids: jax.Array, shards: int = 0
+              ) -> tuple[Any, int, Any]:
+  """``(first, width, off)``: the window ``[first, first + width)`` of
+  global ids that lies in the shard of ``ids`` and holds every id of
+  ``[start, stop)`` the shard has, and its offset in the shard. On one
+  shard (``shards == 1``) its first id is 0, known: ``first`` and ``off``
+  are ints, the window a static slice, which XLA:CPU fuses far better
+  than a dynamic one."""
+  n_local = ids.shape[0]
+  width = min(n_local, stop - start)
+  if shards == 1:
+    first = min(max(start, 0), n_local - width)
+    return first, width, first
+  base = ids[0]
+  first = jnp.clip(start, base, base + n_local - width)
+  return first, width, first - base
+
+
+def add_spikes(inputs: jax.Array, value: jax.Array, receptor: int,
+               off: Any) -> jax.Array:
+  """``inputs [R, n]`` with ``value`` added to row ``receptor`` from
+  ``off`` on: one update of the block (a row read, added to and set back
+  copied the block twice a connection on XLA:CPU)."""
+  return _add_at(inputs, value[None], (receptor, off))
+
+
+@functools.lru_cache(maxsize=256)
+def _key_data(seed: int, number: int) -> np.ndarray:
+  with jax.ensure_compile_time_eval():
+    key = jax.random.fold_in(jax.random.key(seed), 0x5EED + number)
+    return np.asarray(jax.random.key_data(key))
+
+
+def connection_key(seed: int, number: int) -> jax.Array:
+  """Connection ``number``'s key, ``fold_in(key(seed), 0x5EED + number)``,
+  hashed once on the host: in the step it is a constant (traced, the fold
+  ran every step, a threefry loop XLA does not hoist)."""
+  return jax.random.wrap_key_data(jnp.asarray(_key_data(seed, number)))
+
+
+def _add_at(x: jax.Array, value: jax.Array, off: Any) -> jax.Array:
+  """``x`` with ``value`` added to its elements from ``off`` on (an int or
+  a tuple, one per dimension; ints make static slices)."""
+  off = off if isinstance(off, tuple) else (off,)
+  if all(isinstance(o, int) for o in off):
+    return x.at[tuple(slice(o, o + w) for o, w in zip(off, value.shape))
+                ].add(value)
+  part = jax.lax.dynamic_slice(x, off, value.shape)
+  return jax.lax.dynamic_update_slice(x, part + value, off)

@@ -35,7 +35,8 @@ from jax import lax
 
 from brainshard._core import compat
 
-__all__ = ["Layout", "layout", "block_key", "run", "element_keys"]
+__all__ = ["Layout", "layout", "block_key", "run", "element_keys", "lanes",
+           "threefry2x32"]
 
 _TF = compat.threefry_prng_impl
 _UINT = {8: jnp.uint8, 16: jnp.uint16, 32: jnp.uint32, 64: jnp.uint64}
@@ -68,8 +69,16 @@ def _threefry2x32(k1, k2, x1, x2):
   return x1, x2
 
 
+def threefry2x32(k1, k2, x1, x2):
+  """Threefry-2x32's two hash words of counters ``(x1, x2)`` under key
+  words ``(k1, k2)``, elementwise (uint32, broadcasting): a block key's
+  bits are ``b1 ^ b2`` of ``(0, counter)``, its ``fold_in(x)`` the words
+  of ``(0, x)``. For kernels that draw with a key per element."""
+  return _threefry2x32(k1, k2, x1, x2)
+
+
 # Draws of at least _PAD_MIN elements, not a multiple of _PAD, are hashed
-# on a CPU over a length rounded up to _PAD (see _bits).
+# on a CPU over a length rounded up to _PAD (see lanes).
 _PAD, _PAD_MIN = 64, 1024
 
 
@@ -89,21 +98,34 @@ def _hash(data, bit_width, n):
 
 def _bits(data, bit_width, shape):
   n = math.prod(shape)
+  out = lanes(lambda m: _hash(data, bit_width, m), n, data[0])
+  return out.reshape(shape)
+
+
+def lanes(fn: Callable, n: int, witness: Any) -> jax.Array:
+  """``fn(m)[:n]``: ``fn`` builds an elementwise vector of ``m >= n``
+  lanes whose first ``n`` are the result; on a CPU ``m`` is ``n`` rounded
+  up to a multiple of ``_PAD``.
+
+  XLA:CPU splits a fused loop over its threads; when the length is not a
+  multiple of the split, every element is bounds-checked and LLVM leaves
+  the loop scalar (the microcircuit's 7,717 uniforms a step: ~190 us of
+  CPU instead of ~40). So ``fn`` runs on a multiple of ``_PAD`` lanes
+  behind a cond, a fusion boundary XLA keeps (it drops
+  optimization_barrier before fusing), and the result is cut. The cond's
+  predicate, from the traced uint32 ``witness`` (a key word), is always
+  true, but XLA does not know it (with ``fn`` in both branches it merges
+  them, and the boundary is gone). Everything elementwise after the hash
+  (a sampler's compares) belongs in ``fn``: outside, it is a loop of
+  ``n`` again.
+  """
   if n < _PAD_MIN or n % _PAD == 0 or jax.default_backend() != "cpu":
-    return _hash(data, bit_width, n).reshape(shape)
-  # XLA:CPU fuses the hash into its consumer and splits that loop over its
-  # threads; when n is not a multiple of the split, every element is
-  # bounds-checked and LLVM leaves the loop scalar (the microcircuit's
-  # 7,717 uniforms a step: ~190 us of CPU instead of ~40). So hash a
-  # multiple of _PAD elements behind a cond, a fusion boundary XLA keeps
-  # (it drops optimization_barrier before fusing), and cut: the same bits.
-  # The predicate is always true, but XLA does not know it (with the hash
-  # in both branches it merges them, and the boundary is gone).
+    return fn(n)
   m = -(-n // _PAD) * _PAD
+  shape = jax.eval_shape(lambda: fn(m))
   never = lambda: jnp.broadcast_to(  # noqa: E731
-      (data[0] ^ data[0]).astype(_UINT[bit_width]), (m,))
-  out = lax.cond((data[0] | 1) != 0, lambda: _hash(data, bit_width, m), never)
-  return out[:n].reshape(shape)
+      (witness ^ witness).astype(shape.dtype), shape.shape)
+  return lax.cond((witness | 1) != 0, lambda: fn(m), never)[:n]
 
 
 def _split(data, shape):
@@ -113,7 +135,12 @@ def _split(data, shape):
 
 
 def _fold_in(data, x):
-  return jnp.concatenate([_TF.fold_in(data[:2], x), data[2:]])
+  # threefry's fold_in, written out: the hash of the counter (0, x). JAX's
+  # primitive is a rolled loop on CPU, a loop XLA:CPU runs pass by pass:
+  # a device folding in its step every step paid ~10 us for it.
+  y1, y2 = _threefry2x32(data[0], data[1], jnp.uint32(0),
+                         jnp.asarray(x, jnp.uint32))
+  return jnp.concatenate([jnp.stack([y1, y2]), data[2:]])
 
 
 def _seed(seed):

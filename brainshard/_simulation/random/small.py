@@ -41,16 +41,17 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from brainshard._core import compat
+from brainshard._simulation.random import blocks
 
 __all__ = ["poisson_table", "binomial_table", "poisson_plan",
-           "binomial_plan", "sample", "ONE"]
+           "binomial_plan", "sample", "counts", "ONE"]
 
 ONE = 1 << 31        # T[k] that no draw passes (draws are 31 bits)
 _SHIFT = (1 << 30) + 1  # stored: T[k] - _SHIFT, compared with x - 2**30
@@ -214,14 +215,26 @@ def sample(key: jax.Array, table: jax.Array, *, shape: tuple[int, ...],
   """Counts of shape ``shape`` from ``table`` ``[*param_shape, K]`` (the
   rows last, as the draw path's event axes; ``param_shape`` broadcasts
   against ``shape``): the rows that 31 bits of the block key exceed."""
-  bits = jax.random.bits(key, shape, jnp.uint32)
+  if table.shape[-1] == 0:
+    return jnp.zeros(shape, dtype)
+  rows = [table[..., k] for k in range(table.shape[-1])]
+  if len(shape) == 1 and table.ndim == 1:
+    # One table for every element: the compares join the hash on the
+    # padded lanes (bits of a block key are a function of the element's
+    # counter: the first n lanes are the draw).
+    return blocks.lanes(
+        lambda m: counts(jax.random.bits(key, (m,), jnp.uint32), rows),
+        shape[0], jax.random.key_data(key)[0]).astype(dtype)
+  return counts(jax.random.bits(key, shape, jnp.uint32), rows).astype(dtype)
+
+
+def counts(bits: jax.Array, rows: Sequence[jax.Array]) -> jax.Array:
+  """int32 counts: how many of the thresholds ``rows`` (each broadcasting
+  against ``bits``) 31 of the ``bits`` (uint32) exceed."""
   # An arithmetic shift: a value LLVM cannot prove >= 0, so it compares
   # signed (vpcmpgtd) rather than unsigned (a mask compare and a move).
   x = jax.lax.bitcast_convert_type(bits, jnp.int32) >> 1
-  rows = [(x > table[..., k]).astype(jnp.int32)
-          for k in range(table.shape[-1])]
-  if not rows:
-    return jnp.zeros(shape, dtype)
+  rows = [(x > row).astype(jnp.int32) for row in rows]
   while len(rows) > 1:  # a tree: the adds need not wait on each other
     rows = [sum(rows[i:i + 2]) for i in range(0, len(rows), 2)]
-  return rows[0].astype(dtype)
+  return rows[0]
