@@ -61,13 +61,19 @@ __all__ = ["network", "plain", "make_step", "chunk_program", "twin_run"]
 
 
 def plain(tree):
-  """``tree``'s arrays on the first device with no mesh in their type (an
-  Explicit mesh axis stays in a value's type through ``device_put`` to a
-  device; a replicated spec first drops it). No copy on one device."""
+  """``tree``'s arrays on the first device with no mesh in their type. A
+  mesh stays in a value's type through ``device_put`` to a device, even
+  with a replicated spec, and spreads to every result computed with it (a
+  chunk program of another length then refused its state); through a
+  NumPy view, the array is the same memory without it. No copy on the
+  host's device (``may_alias``); elsewhere a copy through the host."""
   dev = jax.devices()[0]
+  alias = dev.platform == "cpu"
 
   def one(a):
     sharding = getattr(a, "sharding", None)
+    if isinstance(sharding, NamedSharding) and alias:
+      return jax.device_put(np.asarray(a), dev, may_alias=True)
     if isinstance(sharding, NamedSharding):
       a = jax.device_put(a, NamedSharding(sharding.mesh, P()))
     return jax.device_put(a, dev)

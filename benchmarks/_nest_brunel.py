@@ -21,20 +21,20 @@ from __future__ import annotations
 
 import os
 
-import jax
-
 from benchmarks._harness import clock
 
 CHUNK_MS = 100.0  # simulated per compiled chunk, brainshard and the twin
 
 
 def _mesh():
+  import jax  # not in NEST's children, which never import JAX
   return jax.make_mesh((1,), ("x",), devices=jax.devices()[:1])
 
 
 def network(spec: dict):
   """The example's network, built for a first simulate of ``warmup_ms``
   (its exchange interval), its arrays ready; ``(net, recorder, build)``."""
+  import jax
   from examples.brunel.model import brunel
   with clock() as build:
     net, _, _, sr = brunel(spec.get("regime", "AI"), spec["scale"],
@@ -71,6 +71,7 @@ def twin_arrays(net, spikes_recorder):
 
 
 def brunel_twin(spec: dict):
+  import jax
   from benchmarks import _network_twin
   with clock() as build:
     net, sr, _ = network(spec)

@@ -97,8 +97,7 @@ def arrays(net, stimuli, recorders) -> dict:
   index = d.index.value
   dev = jax.devices()[0]
   return dict(index=plain(index), state=jax.device_put(state, dev),
-              consts=jax.device_put(
-                  [host(g.constants.value) for g in net.groups], dev),
+              consts=plain([g.constants.value for g in net.groups]),
               groups=groups, stims=stims, recorders=list(recorders),
               every=d.every, length=ring_length(index.max_delay, d.every),
               n=lay.n, n_padded=lay.n_padded, dt=net.dt, dtype=net.dtype,

@@ -227,9 +227,9 @@ def parse(argv: list[str] | None):
   ap.add_argument("--profile-at", default="",
                   type=lambda s: s.split(","),
                   help="MODEL=SIZE,... (default brunel=1.0,microcircuit=0.1)")
-  ap.add_argument("--profile-window", type=float, default=50.0,
+  ap.add_argument("--profile-window", type=float, default=100.0,
                   help="ms of activity per profiled chunk")
-  ap.add_argument("--profile-repeats", type=int, default=5)
+  ap.add_argument("--profile-repeats", type=int, default=7)
   ap.add_argument("--threads", type=int, default=None,
                   help=argparse.SUPPRESS)  # older scripts: one count
   ap.add_argument("--out", default="nest",
