@@ -119,11 +119,72 @@ def render(sections: list[dict], header: str) -> str:
                for k, _, _ in FIGURES[:-1]]
       rows.append(f"| | brainshard / {name(other)} | " + " | ".join(cells) +
                   " | | |")
-  rows += ["", "When each section ran (1-minute load average before each "
+  rows += ["", "Issue 42's goals (measured beside each other in the rounds "
+           "above; not asserted by tests):", "", render_goals(sections)]
+  rows += ["When each section ran (1-minute load average before each "
            "run, 2 cores):", ""]
   rows += [f"- {s['label']}: {s.get('date', '?')}, load "
            f"{_range(s.get('loads', []))}" for s in sections
            if not s.get("skip")]
+  return "\n".join(rows) + "\n"
+
+
+# Issue 42's goals: (what, workload, size, figure, column, at most).
+GOALS = (
+    ("Brunel A, CPU s / sim. s vs NEST 1 thread", "brunel", 1.0,
+     "cpu_s_per_sim_s", "nest-1", 0.08),
+    ("microcircuit 0.1 (full K), CPU s / sim. s vs NEST 1 thread",
+     "microcircuit", 0.1, "cpu_s_per_sim_s", "nest-1", 0.06),
+    ("microcircuit full scale, wall s / sim. s (2 cores)", "microcircuit",
+     1.0, "s_per_sim_s", None, 8.0))
+
+
+def _medians(sec: dict, column: str, key: str) -> float | None:
+  ok = [r for r in sec.get("runs", {}).get(column, [])
+        if "error" not in r and "skipped" not in r]
+  return _median(ok, key) if ok else None
+
+
+def _size(sec: dict) -> float | None:
+  """A section's scale (or CUBA's neurons); from its label in results
+  written before sections kept it.
+
+  >>> _size(dict(label='microcircuit, scale 0.1, k-scale 1: ...'))
+  0.1
+  """
+  if sec.get("size") is not None:
+    return sec["size"]
+  m = re.search(r"scale ([0-9.]+)", sec["label"])
+  return float(m.group(1)) if m else None
+
+
+def render_goals(sections: list[dict]) -> str:
+  """The issue's goals beside this table's figures: brainshard's median,
+  or its ratio to a column's; brainshard / twin (CPU) for every section.
+
+  >>> run = dict(cpu_s_per_sim_s=1.0, s_per_sim_s=2.0)
+  >>> sec = dict(label='B', workload='brunel', size=1.0, runs=dict(
+  ...     brainshard=[run], twin=[run], **{'nest-1': [dict(run,
+  ...     cpu_s_per_sim_s=10.0)]}))
+  >>> print(render_goals([sec]).splitlines()[2])
+  | Brunel A, CPU s / sim. s vs NEST 1 thread | 0.10 | <= 0.08 | no |
+  """
+  rows = ["| goal | measured | goal | met |", "|---|---|---|---|"]
+  by = {(s["workload"], _size(s)): s for s in sections}
+  for what, workload, size, key, column, limit in GOALS:
+    sec = by.get((workload, size))
+    ours = sec and _medians(sec, "brainshard", key)
+    theirs = sec and column and _medians(sec, column, key)
+    value = (ours / theirs if ours and theirs else None) if column else ours
+    rows.append(f"| {what} | {cell(value, '{:.2f}')} | <= {limit:g} | "
+                f"{'-' if value is None else 'yes' if value <= limit else 'no'} |")
+  for sec in sections:
+    ours, twin = (_medians(sec, c, "cpu_s_per_sim_s")
+                  for c in ("brainshard", "twin"))
+    if ours and twin:
+      rows.append(f"| {sec['label'].split(':')[0]}, brainshard / twin, CPU s "
+                  f"/ sim. s | {ours / twin:.2f} | <= 1.05 | "
+                  f"{'yes' if ours / twin <= 1.05 else 'no'} |")
   return "\n".join(rows) + "\n"
 
 

@@ -30,7 +30,8 @@ a time (:mod:`benchmarks._nest_profile`), in a child process each.
 Writes ``benchmarks/results/nest.{md,json}`` (``--out``; sections of
 earlier runs are kept, this run's replace theirs) and
 ``nest_profile.{md,json}``; ``--docs`` also replaces the generated table
-and profile in docs/nest.md. The 1-minute load average is recorded before
+and profile in docs/nest.md (``--render --docs``: from the stored results,
+running nothing). The 1-minute load average is recorded before
 every run and stated with the table.
 
 Example (the specs of one section):
@@ -100,7 +101,7 @@ def cases(args) -> list[dict]:
       syn = n * (int(0.1 * round(10_000 * scale)) +
                  int(0.1 * round(2_500 * scale)))
       out.append(dict(
-          workload="brunel", label=f"Brunel A (AI), scale {scale:g}: {n:,} "
+          workload="brunel", size=scale, label=f"Brunel A (AI), scale {scale:g}: {n:,} "
           f"neurons, {syn / 1e6:.3g} M synapses, {ms / 1e3:g} s",
           specs=_specs(args, "brunel", dict(scale=scale, regime="AI"), ms),
           export=None, rounds=args.repeats))
@@ -117,7 +118,7 @@ def cases(args) -> list[dict]:
                 f"per thread and synapse model: {syn / 1e6:.0f} M synapses "
                 f"need >= {need} threads")
       out.append(dict(
-          workload="microcircuit", label=f"microcircuit, scale {scale:g}, "
+          workload="microcircuit", size=scale, label=f"microcircuit, scale {scale:g}, "
           f"k-scale {args.k_scale:g}: {syn / 1e6:.3g} M synapses, "
           f"{ms / 1e3:g} s",
           specs=_specs(args, "microcircuit", dict(
@@ -129,7 +130,7 @@ def cases(args) -> list[dict]:
       large = n >= 400_000
       ms = 1e3 * (args.duration or (0.2 if large else 1.0))
       out.append(dict(
-          workload="cuba", label=f"CUBA, {n:,} neurons, {n * 80 / 1e6:.2g} "
+          workload="cuba", size=n, label=f"CUBA, {n:,} neurons, {n * 80 / 1e6:.2g} "
           f"M synapses, {ms / 1e3:g} s",
           specs=_specs(args, "cuba", dict(n=n), ms),
           export=n if "nest" in args.impls else None,
@@ -142,7 +143,8 @@ def run_case(case: dict, tmp: str) -> dict:
   section's date and the loads before its runs."""
   runs: dict[str, list[dict]] = {s["column"]: [] for s in case["specs"]}
   loads: list[float] = []
-  done = dict(label=case["label"], workload=case["workload"], runs=runs,
+  done = dict(label=case["label"], workload=case["workload"],
+              size=case.get("size"), runs=runs,
               loads=loads, date=datetime.datetime.now(
                   datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
   if case.get("skip"):
@@ -234,6 +236,8 @@ def parse(argv: list[str] | None):
                   help=argparse.SUPPRESS)  # older scripts: one count
   ap.add_argument("--out", default="nest",
                   help="results/OUT.md and results/OUT.json")
+  ap.add_argument("--render", action="store_true",
+                  help="run nothing: the table of the stored results")
   ap.add_argument("--docs", action="store_true",
                   help="also write the table (and profile) into docs/nest.md")
   args = ap.parse_args(argv)
@@ -277,8 +281,10 @@ def main(argv: list[str] | None = None):
   RESULTS.mkdir(exist_ok=True)
   out: dict = {}
   if not args.profile_only:
-    with tempfile.TemporaryDirectory() as tmp:
-      new = [run_case(case, tmp) for case in cases(args)]
+    new = []
+    if not args.render:
+      with tempfile.TemporaryDirectory() as tmp:
+        new = [run_case(case, tmp) for case in cases(args)]
     path = RESULTS / f"{args.out}.json"
     sections = _nest_report.merge(_load_json(path), new)
     table = _nest_report.render(sections,
@@ -289,19 +295,20 @@ def main(argv: list[str] | None = None):
     if args.docs:
       _nest_report.write_docs(table)
     out.update(table=table, sections=new)
-  if args.profile or args.profile_only:
-    profiles = run_profiles(args)
+  profiling = args.profile or args.profile_only
+  if profiling or args.render:
     path = RESULTS / f"{args.out}_profile.json"
-    old = [p for p in _load_json_any(path) if p["label"] not in
-           {q["label"] for q in profiles}]
-    profiles = old + profiles
-    text = _nest_report.render_profile(profiles)
-    print(text)
-    path.write_text(json.dumps(profiles, indent=1))
-    (RESULTS / f"{args.out}_profile.md").write_text(text)
-    if args.docs:
-      _nest_report.write_docs(text, "profile")
-    out.update(profile=text, profiles=profiles)
+    new = run_profiles(args) if profiling and not args.render else []
+    profiles = [p for p in _load_json_any(path) if p["label"] not in
+                {q["label"] for q in new}] + new
+    if profiles:
+      text = _nest_report.render_profile(profiles)
+      print(text)
+      path.write_text(json.dumps(profiles, indent=1))
+      (RESULTS / f"{args.out}_profile.md").write_text(text)
+      if args.docs:
+        _nest_report.write_docs(text, "profile")
+      out.update(profile=text, profiles=new)
   return out
 
 
