@@ -278,3 +278,26 @@ def test_cli_times_each_in_its_own_process(monkeypatch, tmp_path):
     assert row["peak_rss_mb"] > 0 and row["rate_hz"] > 0
   assert ours["rate_hz"] == twin["rate_hz"]  # the same spikes
   assert "brainshard / NEST 1 thread" in (tmp_path / "nest.md").read_text()
+
+
+def test_render_writes_the_stored_results_and_runs_nothing(monkeypatch,
+                                                           tmp_path):
+  import json
+  monkeypatch.setattr(bench_nest, "RESULTS", tmp_path)
+  monkeypatch.setattr(_nest_report, "_nest_version", lambda: "3.x")
+  monkeypatch.setattr(bench_nest, "run_case", None)  # nothing runs
+  run = dict(build_s=1.0, s_per_sim_s=2.0, cpu_s_per_sim_s=2.0)
+  (tmp_path / "nest.json").write_text(json.dumps([dict(
+      label="Brunel A (AI), scale 1: x", workload="brunel", size=1.0,
+      loads=[2.0], runs={"brainshard": [run], "nest-1": [dict(
+          run, cpu_s_per_sim_s=20.0)]})]))
+  cost = dict(cpu_us=1.0, wall_us=1.0)
+  parts = {k: cost for k, _ in _nest_report.PART_NAMES}
+  (tmp_path / "nest_profile.json").write_text(json.dumps([dict(
+      label="P", steps=10, repeats=1, loads=[1.0], real=cost,
+      parts=dict(parts, total=dict(cpu_us=5.0, wall_us=5.0)))]))
+  out = bench_nest.main(["--render"])
+  assert "| Brunel A, CPU s / sim. s vs NEST 1 thread | 0.10 | <= 0.08 | no |" \
+      in out["table"]
+  assert "| neuron update | 1.0 | 20% | 1.0 |" in out["profile"]
+  assert (tmp_path / "nest.md").exists() and not out["sections"]
