@@ -12,7 +12,7 @@ Example (the twin at a tiny scale, in this process; seconds, hence the
 skips):
   >>> CHUNK_MS    # 200 calls of Brunel's 5-step exchange interval
   100.0
-  >>> build_s, n, synapses, run = brunel_twin(dict(scale=0.02))  # doctest: +SKIP
+  >>> _, n, synapses, run = brunel_twin(dict(scale=0.02))  # doctest: +SKIP
   >>> run(100.0) > 0, n, synapses  # 250 neurons, 25 inputs  # doctest: +SKIP
   (True, 250, 6250)
 """

@@ -176,8 +176,9 @@ def render_goals(sections: list[dict]) -> str:
     ours = sec and _medians(sec, "brainshard", key)
     theirs = sec and column and _medians(sec, column, key)
     value = (ours / theirs if ours and theirs else None) if column else ours
+    met = "-" if value is None else "yes" if value <= limit else "no"
     rows.append(f"| {what} | {cell(value, '{:.2f}')} | <= {limit:g} | "
-                f"{'-' if value is None else 'yes' if value <= limit else 'no'} |")
+                f"{met} |")
   for sec in sections:
     ours, twin = (_medians(sec, c, "cpu_s_per_sim_s")
                   for c in ("brainshard", "twin"))

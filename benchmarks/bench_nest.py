@@ -101,8 +101,9 @@ def cases(args) -> list[dict]:
       syn = n * (int(0.1 * round(10_000 * scale)) +
                  int(0.1 * round(2_500 * scale)))
       out.append(dict(
-          workload="brunel", size=scale, label=f"Brunel A (AI), scale {scale:g}: {n:,} "
-          f"neurons, {syn / 1e6:.3g} M synapses, {ms / 1e3:g} s",
+          workload="brunel", size=scale,
+          label=f"Brunel A (AI), scale {scale:g}: {n:,} neurons, "
+                f"{syn / 1e6:.3g} M synapses, {ms / 1e3:g} s",
           specs=_specs(args, "brunel", dict(scale=scale, regime="AI"), ms),
           export=None, rounds=args.repeats))
   if "microcircuit" in args.only:
@@ -118,9 +119,9 @@ def cases(args) -> list[dict]:
                 f"per thread and synapse model: {syn / 1e6:.0f} M synapses "
                 f"need >= {need} threads")
       out.append(dict(
-          workload="microcircuit", size=scale, label=f"microcircuit, scale {scale:g}, "
-          f"k-scale {args.k_scale:g}: {syn / 1e6:.3g} M synapses, "
-          f"{ms / 1e3:g} s",
+          workload="microcircuit", size=scale,
+          label=f"microcircuit, scale {scale:g}, k-scale {args.k_scale:g}: "
+                f"{syn / 1e6:.3g} M synapses, {ms / 1e3:g} s",
           specs=_specs(args, "microcircuit", dict(
               scale=scale, k_scale=args.k_scale), ms, too_many),
           export=None, skip=_microcircuit_missing(),
@@ -130,8 +131,9 @@ def cases(args) -> list[dict]:
       large = n >= 400_000
       ms = 1e3 * (args.duration or (0.2 if large else 1.0))
       out.append(dict(
-          workload="cuba", size=n, label=f"CUBA, {n:,} neurons, {n * 80 / 1e6:.2g} "
-          f"M synapses, {ms / 1e3:g} s",
+          workload="cuba", size=n,
+          label=f"CUBA, {n:,} neurons, {n * 80 / 1e6:.2g} M synapses, "
+                f"{ms / 1e3:g} s",
           specs=_specs(args, "cuba", dict(n=n), ms),
           export=n if "nest" in args.impls else None,
           rounds=args.repeats_large if large else args.repeats))
