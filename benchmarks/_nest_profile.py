@@ -144,6 +144,10 @@ def _network_profile(model: str, size: float, warmup_ms: float,
                                record="record" in parts)
     runs[",".join(sorted(parts)) or "none"] = (
         lambda program=program: program(*args, xs))
+  # the last variant with the drive as the network writes it
+  program = tw.chunk_program(a, tw.make_call(a, network_drive=True), calls,
+                             replay=True)
+  runs["network drive"] = lambda: program(*args, xs)
   return label, runs, calls * every, int(len(steps)), a["n_synapses"]
 
 

@@ -101,14 +101,16 @@ def arrays(net, stimuli, recorders) -> dict:
               groups=groups, stims=stims, recorders=list(recorders),
               every=d.every, length=ring_length(index.max_delay, d.every),
               n=lay.n, n_padded=lay.n_padded, dt=net.dt, dtype=net.dtype,
+              seed=net.seed,
               width=d.width, n_synapses=int(np.asarray(index.count).sum()))
 
 
-def make_call(a: dict, parts=frozenset(PARTS)):
+def make_call(a: dict, parts=frozenset(PARTS), network_drive: bool = False):
   """``call(state, index, consts, replay) -> (state, spikes [every,
   n_padded])``: one exchange interval. ``replay`` (``[every, n_padded]``
   bool, or None) replaces the neurons' spikes as what is delivered and
-  returned."""
+  returned. ``network_drive``: the drive through the network's own
+  ``Stimulus.add`` (the same values; the profile times the difference)."""
   from brainshard import models as bm
   from brainshard._models.delivery.events import EVENT_SIZES
   from brainshard._models.delivery.push import clear_slots
@@ -122,6 +124,10 @@ def make_call(a: dict, parts=frozenset(PARTS)):
       inputs = jnp.concatenate([inputs, jnp.zeros(
           (spike_rows - inputs.shape[0], n), dtype)])
     for s, c, key in a["stims"]:
+      if network_drive:
+        inputs, currents = s.add(inputs, currents, t, ids, a["seed"],
+                                 a["dt"], dtype, 1)
+        continue
       start, stop = s.ids
       value = s.device.emit(c, t - s.delay, jnp.arange(stop - start), key,
                             dtype=dtype, spec=P())
