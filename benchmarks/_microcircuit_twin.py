@@ -49,6 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from benchmarks import _twin
 from benchmarks._harness import clock
@@ -59,12 +60,24 @@ __all__ = ["network", "plain", "make_step", "twin_run"]
 
 
 def plain(tree):
-  """``tree``'s arrays on the first device with no mesh in their type: a
-  host copy put back (an Explicit mesh axis stays in a value's type
-  through ``device_put``, even to one device, and a ring buffer updated
-  through such an index took the mesh into its type too)."""
+  """``tree``'s arrays on the first device with no mesh in their type. A
+  mesh stays in a value's type through ``device_put`` to a device, even
+  with a replicated spec, and spreads to every result computed with it (a
+  chunk program of another length then refused its state); through a
+  NumPy view, the array is the same memory without it. No copy on the
+  host's device (``may_alias``); elsewhere a copy through the host."""
   dev = jax.devices()[0]
-  return jax.tree.map(lambda a: jax.device_put(np.asarray(a), dev), tree)
+  alias = dev.platform == "cpu"
+
+  def one(a):
+    sharding = getattr(a, "sharding", None)
+    if isinstance(sharding, NamedSharding) and alias:
+      return jax.device_put(np.asarray(a), dev, may_alias=True)
+    if isinstance(sharding, NamedSharding):
+      a = jax.device_put(a, NamedSharding(sharding.mesh, P()))
+    return jax.device_put(a, dev)
+
+  return jax.tree.map(one, tree)
 
 
 def network(scale: float, k_scale: float, seed: int = 1, dt: float = 0.1,

@@ -1,66 +1,65 @@
 """``python -m benchmarks nest``: brainshard, its pure-JAX twin and NEST 3
-on the same networks, one table.
+on the same networks, one table, and where a step's time goes.
 
-Rows: the CUBA network of ``examples.cuba`` (``--delay 2``, NEST's 0.1 ms)
-at 4 k / 40 k / 400 k neurons (80 inputs each; NEST gets the example's own
-connectivity table and initial potentials, exported) and the Potjans &
-Diesmann microcircuit (``examples.microcircuit``; NEST builds it with its
-own rules from ``nest_reference``, so the synapses are drawn alike, not the
-same) at ``--scales``. How the example maps onto NEST is
-:mod:`benchmarks._nest_cuba`. The twins: ``_ei.pure_block_run`` (CUBA) and
-``_microcircuit_twin`` (the example's synapses and spikes, no State, jit,
-shard_map or Runner). Each measurement is a fresh process
-(:mod:`benchmarks._nest_children`); the implementations alternate (A B C,
-B C A, ...), ``--repeats`` rounds (``--repeats-large`` at 400 k neurons and
-at scale >= 0.5), and the table gives each figure's median over the rounds
-and the ratios brainshard / twin and brainshard / NEST of the medians.
-NEST runs with as many threads as this process has cores and
+Sections (``--only brunel,microcircuit,cuba``): Brunel's model A
+(``examples.brunel``, AI regime, ``--brunel-scales``; the example's own
+``add_brunel`` builds it in NEST), the Potjans & Diesmann microcircuit
+(``examples.microcircuit`` at ``--scales``; NEST builds it with its own
+rules from ``nest_reference``, so the synapses are drawn alike, not the
+same) and the CUBA network of ``examples.cuba`` (``--delay 2``, NEST's
+0.1 ms) at ``--sizes`` neurons (80 inputs each; NEST gets the example's own
+connectivity table and initial potentials, exported). How CUBA maps onto
+NEST is :mod:`benchmarks._nest_cuba`. The twins: ``_network_twin``
+(Brunel), ``_microcircuit_twin``, ``_ei.pure_block_run`` (CUBA): the same
+kernels and spikes with no State, jit, shard_map or Runner. NEST runs with
+each of ``--nest-threads`` (default: 1 and this process's cores) and
 ``OMP_WAIT_POLICY=passive``; brainshard and the twin on one JAX device (a
-GPU where JAX has one: the one-command GPU run of the full microcircuit is
-``python -m benchmarks nest --only microcircuit --impls brainshard
---scales 1.0``).
+GPU where JAX has one: ``nest --only microcircuit --impls brainshard
+--scales 1.0`` is the one-command GPU run of the full microcircuit).
 
-Writes ``benchmarks/results/nest.{md,json}`` (``--out``); ``--docs`` also replaces the
-generated table in docs/nest.md. The 1-minute load average is recorded
-before every run and stated with the table.
+Each measurement is a fresh process (:mod:`benchmarks._nest_children`);
+the implementations alternate (A B C D, B C D A, ...), ``--repeats`` rounds
+(``--repeats-large`` for CUBA at >= 400 k neurons and the microcircuit at
+scale >= 0.5), and the table gives each figure's median over the rounds
+and the ratios of brainshard's medians to each other column's. ``--quick``:
+the smallest size of each model, one short round.
 
-Example (the figures of two runs, as the table cell gives them):
-  >>> _median([dict(s_per_sim_s=1.0), dict(s_per_sim_s=3.0)], 's_per_sim_s')
-  2.0
+``--profile``: per model, the twin's step with its parts switched on one at
+a time (:mod:`benchmarks._nest_profile`), in a child process each.
+
+Writes ``benchmarks/results/nest.{md,json}`` (``--out``; sections of
+earlier runs are kept, this run's replace theirs) and
+``nest_profile.{md,json}``; ``--docs`` also replaces the generated table
+and profile in docs/nest.md (``--render --docs``: from the stored results,
+running nothing). The 1-minute load average is recorded before
+every run and stated with the table.
+
+Example (the specs of one section):
+  >>> args = parse(['--only', 'brunel', '--brunel-scales', '0.1',
+  ...               '--nest-threads', '1,2'])
+  >>> [s['column'] for s in cases(args)[0]['specs']]
+  ['brainshard', 'twin', 'nest-1', 'nest-2']
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime
-import importlib.metadata
 import importlib.util
 import json
+import math
 import os
 import pathlib
-import platform
-import re
-import statistics
-import subprocess
 import sys
 import tempfile
 
-from benchmarks import _nest_children
+from benchmarks import _nest_children, _nest_report
 from benchmarks._harness import parser
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
-DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs" / "nest.md"
-BEGIN, END = "<!-- nest-table:begin -->", "<!-- nest-table:end -->"
-FIGURES = (("build_s", "build (s)", "{:.2f}"),
-           ("s_per_sim_s", "s / simulated s", "{:.3f}"),
-           ("cpu_s_per_sim_s", "CPU s / simulated s", "{:.3f}"),
-           ("child_cpu_s", "process CPU (s)", "{:.1f}"),
-           ("peak_rss_mb", "peak RSS (MB)", "{:.0f}"),
-           ("rate_hz", "rate (Hz)", "{:.2f}"))
-NAMES = {"brainshard": "brainshard", "twin": "pure-JAX twin", "nest": "NEST"}
-
-
-def _median(runs: list[dict], key: str) -> float:
-  return statistics.median(r[key] for r in runs)
+# NEST 3.10's limit of connections per virtual process and synapse model
+NEST_MAX_PER_VP = 134_217_726
+MICROCIRCUIT_SYNAPSES = 299e6  # at scale 1, k-scale 1
 
 
 def _nest_installed() -> bool:
@@ -74,52 +73,95 @@ def _microcircuit_missing() -> str | None:
   return None
 
 
-def cases(args) -> list[dict]:
-  """One entry per table section: a label, the specs of its
-  implementations, its rounds and (for CUBA and NEST) the export to make."""
+def _specs(args, workload: str, size: dict, ms: float, too_many=None):
+  """One spec per column: brainshard, the twin, NEST per thread count
+  (``too_many(threads)``: why NEST cannot build it, or None)."""
   out = []
-  impls = [i for i in args.impls.split(",") if i != "nest" or
-           _nest_installed()]
-  if "cuba" in args.only:
-    for n in args.sizes:
-      large = n >= 400_000
-      ms = 1e3 * (args.duration if args.duration else (0.2 if large else 1.0))
-      specs = [dict(workload="cuba", impl=i, n=n, duration_ms=ms,
-                    warmup_ms=args.warmup, threads=args.threads)
-               for i in impls]
-      out.append(dict(label=f"CUBA {n:,} neurons, {n * 80 / 1e6:.2g} M "
-                            f"synapses, {ms / 1e3:g} s",
-                      specs=specs, export=n if "nest" in impls else None,
-                      rounds=args.repeats_large if large else args.repeats))
-  if "microcircuit" in args.only:
-    for scale in args.scales:
-      large = scale >= 0.5
-      ms = 1e3 * (args.mc_duration if args.mc_duration
-                  else (0.1 if large else 0.5))
-      specs = [dict(workload="microcircuit", impl=i, scale=scale,
-                    k_scale=args.k_scale, duration_ms=ms,
-                    warmup_ms=args.warmup, threads=args.threads)
-               for i in impls]
-      out.append(dict(label=f"microcircuit scale {scale:g}, k-scale "
-                            f"{args.k_scale:g}, {ms / 1e3:g} s",
-                      specs=specs, export=None, skip=_microcircuit_missing(),
-                      rounds=args.repeats_large if large else args.repeats))
+  for impl in args.impls:
+    base = dict(size, workload=workload, impl=impl, duration_ms=ms,
+                warmup_ms=args.warmup)
+    if impl != "nest":
+      out.append(dict(base, column=impl))
+      continue
+    for t in args.nest_threads:
+      why = too_many(t) if too_many else None
+      out.append(dict(base, column=f"nest-{t}", threads=t,
+                      **({"skipped": why} if why else {})))
   return out
 
 
-def run_case(case: dict, tmp: str) -> dict[str, list[dict]]:
-  """The case's runs, interleaved; per implementation its list of runs."""
-  runs: dict[str, list[dict]] = {s["impl"]: [] for s in case["specs"]}
+def cases(args) -> list[dict]:
+  """One entry per table section: a label, the specs of its columns, its
+  rounds and (for CUBA and NEST) the export to make."""
+  out = []
+  if "brunel" in args.only:
+    for scale in args.brunel_scales:
+      ms = 1e3 * (args.brunel_duration or (0.3 if scale >= 0.5 else 1.0))
+      n = round(12_500 * scale)
+      syn = n * (int(0.1 * round(10_000 * scale)) +
+                 int(0.1 * round(2_500 * scale)))
+      out.append(dict(
+          workload="brunel", size=scale,
+          label=f"Brunel A (AI), scale {scale:g}: {n:,} neurons, "
+                f"{syn / 1e6:.3g} M synapses, {ms / 1e3:g} s",
+          specs=_specs(args, "brunel", dict(scale=scale, regime="AI"), ms),
+          export=None, rounds=args.repeats))
+  if "microcircuit" in args.only:
+    for scale in args.scales:
+      large = scale >= 0.5
+      ms = 1e3 * (args.mc_duration or (0.1 if large else 0.5))
+      syn = MICROCIRCUIT_SYNAPSES * scale * args.k_scale
+
+      def too_many(t, syn=syn):  # NEST refuses Connect beyond its limit
+        need = math.ceil(syn / NEST_MAX_PER_VP)
+        return (None if t >= need else
+                f"NEST 3.10 builds at most {NEST_MAX_PER_VP:,} connections "
+                f"per thread and synapse model: {syn / 1e6:.0f} M synapses "
+                f"need >= {need} threads")
+      out.append(dict(
+          workload="microcircuit", size=scale,
+          label=f"microcircuit, scale {scale:g}, k-scale {args.k_scale:g}: "
+                f"{syn / 1e6:.3g} M synapses, {ms / 1e3:g} s",
+          specs=_specs(args, "microcircuit", dict(
+              scale=scale, k_scale=args.k_scale), ms, too_many),
+          export=None, skip=_microcircuit_missing(),
+          rounds=args.repeats_large if large else args.repeats))
+  if "cuba" in args.only:
+    for n in args.sizes:
+      large = n >= 400_000
+      ms = 1e3 * (args.duration or (0.2 if large else 1.0))
+      out.append(dict(
+          workload="cuba", size=n,
+          label=f"CUBA, {n:,} neurons, {n * 80 / 1e6:.2g} M synapses, "
+                f"{ms / 1e3:g} s",
+          specs=_specs(args, "cuba", dict(n=n), ms),
+          export=n if "nest" in args.impls else None,
+          rounds=args.repeats_large if large else args.repeats))
+  return out
+
+
+def run_case(case: dict, tmp: str) -> dict:
+  """The case's runs, interleaved: per column its list of runs; with the
+  section's date and the loads before its runs."""
+  runs: dict[str, list[dict]] = {s["column"]: [] for s in case["specs"]}
+  loads: list[float] = []
+  done = dict(label=case["label"], workload=case["workload"],
+              size=case.get("size"), runs=runs,
+              loads=loads, date=datetime.datetime.now(
+                  datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
   if case.get("skip"):
     print(f"{case['label']}: skipped ({case['skip']})", flush=True)
-    return runs
-  specs = case["specs"]
+    return dict(done, skip=case["skip"])
+  specs = [s for s in case["specs"] if not s.get("skipped")]
+  for s in case["specs"]:
+    if s.get("skipped"):
+      runs[s["column"]].append(dict(impl=s["impl"], skipped=s["skipped"]))
   if case["export"]:
     network = os.path.join(tmp, f"cuba{case['export']}.npz")
-    done = _nest_children.in_child(dict(impl="export", n=case["export"],
-                                        network=network))
-    if "error" in done:
-      raise RuntimeError(f"export failed: {done['stderr']}")
+    out = _nest_children.in_child(dict(impl="export", n=case["export"],
+                                       network=network))
+    if "error" in out:
+      raise RuntimeError(f"export failed: {out['stderr']}")
     specs = [dict(s, network=network) if s["impl"] == "nest" else s
              for s in specs]
   for r in range(case["rounds"]):
@@ -128,115 +170,47 @@ def run_case(case: dict, tmp: str) -> dict[str, list[dict]]:
       load = os.getloadavg()[0]
       out = _nest_children.in_child(spec)
       out["load_before"] = load
-      runs[spec["impl"]].append(out)
-      print(_line(case["label"], out), flush=True)
+      loads.append(load)
+      runs[spec["column"]].append(out)
+      print(_line(case["label"], spec["column"], out), flush=True)
       if "error" in out:
         print(out.get("stderr", ""), file=sys.stderr)
-  return runs
+  return done
 
 
-def _line(label: str, r: dict) -> str:
-  head = f"{label} | {NAMES.get(r['impl'], r['impl'])}: "
+def _line(label: str, column: str, r: dict) -> str:
+  head = f"{label} | {_nest_report.name(column)}: "
   if "error" in r:
     return head + "failed: " + r["error"]
-  return head + ", ".join(f"{title} {fmt.format(r[key])}"
-                          for key, title, fmt in FIGURES) + \
+  return head + ", ".join(
+      f"{title} {_nest_report.cell(r.get(key), fmt)}"
+      for key, title, fmt in _nest_report.FIGURES) + \
       f" (load {r['load_before']:.2f})"
-
-
-def render(sections: list[tuple[dict, dict]], header: str) -> str:
-  """The Markdown table: per section the median of each figure per
-  implementation, then the ratios of the medians."""
-  head = ("| network | implementation | " +
-          " | ".join(t for _, t, _ in FIGURES) + " | runs |")
-  rows = [header, "", head, "|" + "---|" * (len(FIGURES) + 3)]
-  for case, runs in sections:
-    label = case["label"]
-    if case.get("skip"):
-      rows.append(f"| {label} | skipped: {case['skip']} |" +
-                  " |" * (len(FIGURES) + 1))
-      continue
-    medians = {}
-    for impl, rs in runs.items():
-      ok = [r for r in rs if "error" not in r]
-      if not ok:
-        err = rs[0]["error"] if rs else "not run"
-        rows.append(f"| {label} | {NAMES[impl]}: failed: {err} |" +
-                    " |" * (len(FIGURES) + 1))
-        continue
-      medians[impl] = {k: _median(ok, k) for k, _, _ in FIGURES}
-      cells = [fmt.format(medians[impl][k]) for k, _, fmt in FIGURES]
-      rows.append(f"| {label} | {NAMES[impl]} | " + " | ".join(cells) +
-                  f" | {len(ok)} |")
-      label = ""
-    for other in ("twin", "nest"):
-      if "brainshard" in medians and other in medians:
-        cells = [f"{medians['brainshard'][k] / medians[other][k]:.2f}"
-                 if medians[other][k] else "-" for k, _, _ in FIGURES[:-1]]
-        rows.append(f"| | brainshard / {NAMES[other]} | " +
-                    " | ".join(cells) + " | | |")
-  return "\n".join(rows) + "\n"
-
-
-def machine(loads: list[float], threads: int) -> str:
-  mem = ""
-  try:
-    with open("/proc/meminfo") as f:
-      mem = f", {int(f.readline().split()[1]) / 2**20:.0f} GiB RAM"
-  except OSError:
-    pass
-  nest = _nest_version()
-  load = (f"1-min load average before the runs {min(loads):.2f} to "
-          f"{max(loads):.2f} (median {statistics.median(loads):.2f})"
-          if loads else "no runs")
-  stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
-  return (f"Measured {stamp} UTC on {platform.node()}: {os.cpu_count()} CPU cores"
-          f"{mem}, {load}; jax {importlib.metadata.version('jax')}, "
-          f"NEST {nest} with {threads} threads; brainshard and the twin on "
-          f"one JAX device ({_jax_device()}). Medians over the runs; each run a fresh "
-          f"process, the implementations interleaved.")
-
-
-def _jax_device() -> str:
-  """The device the children run on (a GPU where JAX has one)."""
-  import jax  # pylint: disable=import-outside-toplevel
-  return jax.devices()[0].device_kind
-
-
-def _nest_version() -> str:
-  if not _nest_installed():
-    return "(not installed)"
-  out = subprocess.run([sys.executable, "-c",
-                        "import nest; print(nest.__version__)"],
-                       env=dict(os.environ, OMP_WAIT_POLICY="passive"),
-                       capture_output=True, text=True, check=False)
-  return out.stdout.strip().splitlines()[-1] if out.returncode == 0 else "?"
-
-
-def write_docs(table: str, path: pathlib.Path = DOCS) -> None:
-  """Replaces the text between the markers in docs/nest.md."""
-  text = path.read_text()
-  if BEGIN not in text or END not in text:
-    raise ValueError(f"{path} has no {BEGIN} ... {END} markers")
-  new = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END),
-               lambda _: f"{BEGIN}\n{table}{END}", text, flags=re.S)
-  path.write_text(new)
 
 
 def parse(argv: list[str] | None):
   floats = lambda s: [float(x) for x in s.split(",") if x]  # noqa: E731
   ints = lambda s: [int(float(x)) for x in s.split(",") if x]  # noqa: E731
   ap = parser(__doc__, child=True)
-  ap.add_argument("--only", default="cuba,microcircuit",
-                  help="sections: cuba, microcircuit")
+  ap.add_argument("--only", default="brunel,microcircuit,cuba",
+                  help="sections: brunel, microcircuit, cuba")
   ap.add_argument("--impls", default="brainshard,twin,nest")
+  ap.add_argument("--nest-threads", type=ints, default=None,
+                  help="NEST's thread counts, a column each (default: 1 "
+                       "and this process's cores)")
+  ap.add_argument("--quick", action="store_true",
+                  help="the smallest size of each model, one round of "
+                       "0.1 s simulated")
+  ap.add_argument("--brunel-scales", type=floats, default=[0.1, 1.0],
+                  help="Brunel's scales (1: 12,500 neurons)")
+  ap.add_argument("--brunel-duration", type=float, default=None,
+                  help="Brunel's seconds timed (default 1, 0.3 at >= 0.5)")
   ap.add_argument("--sizes", type=ints, default=[4000, 40_000, 400_000],
                   help="CUBA neurons (80 inputs each)")
-  ap.add_argument("--scales", type=floats, default=[0.1],
-                  help="microcircuit scales (fraction of the neurons); "
-                       "add 1.0 for the full scale (299 M synapses: NEST "
-                       "needs several GB more than brainshard, and minutes "
-                       "to build on 2 cores)")
+  ap.add_argument("--scales", type=floats, default=[0.1, 1.0],
+                  help="microcircuit scales (fraction of the neurons; 1.0: "
+                       "299 M synapses, which NEST 3.10 builds only with "
+                       ">= 3 threads)")
   ap.add_argument("--k-scale", type=float, default=1.0,
                   help="microcircuit in-degrees (1: as published)")
   ap.add_argument("--duration", type=float, default=None,
@@ -248,34 +222,119 @@ def parse(argv: list[str] | None):
                   help="ms simulated (and compiled) before timing")
   ap.add_argument("--repeats", type=int, default=3)
   ap.add_argument("--repeats-large", type=int, default=1,
-                  help="rounds at >= 400 k neurons and scale >= 0.5")
+                  help="rounds at >= 400 k CUBA neurons and microcircuit "
+                       "scale >= 0.5")
+  ap.add_argument("--profile", action="store_true",
+                  help="also profile each model's step (the twin's parts)")
+  ap.add_argument("--profile-only", action="store_true",
+                  help="only the profile")
+  ap.add_argument("--profile-at", default="",
+                  type=lambda s: s.split(","),
+                  help="MODEL=SIZE,... (default brunel=1.0,microcircuit=0.1)")
+  ap.add_argument("--profile-window", type=float, default=100.0,
+                  help="ms of activity per profiled chunk")
+  ap.add_argument("--profile-repeats", type=int, default=7)
   ap.add_argument("--threads", type=int, default=None,
-                  help="NEST threads (default: this process's cores)")
+                  help=argparse.SUPPRESS)  # older scripts: one count
   ap.add_argument("--out", default="nest",
                   help="results/OUT.md and results/OUT.json")
+  ap.add_argument("--render", action="store_true",
+                  help="run nothing: the table of the stored results")
   ap.add_argument("--docs", action="store_true",
-                  help="also write the table into docs/nest.md")
-  return ap.parse_args(argv)
+                  help="also write the table (and profile) into docs/nest.md")
+  args = ap.parse_args(argv)
+  args.only = set(args.only.split(","))
+  args.impls = [i for i in args.impls.split(",")
+                if i != "nest" or _nest_installed()]
+  cores = len(os.sched_getaffinity(0))
+  threads = args.nest_threads or ([args.threads] if args.threads else
+                                  sorted({1, cores}))
+  args.nest_threads = threads
+  if args.quick:
+    args.brunel_scales, args.scales = args.brunel_scales[:1], args.scales[:1]
+    args.sizes = args.sizes[:1]
+    args.repeats = args.repeats_large = 1
+    args.brunel_duration = args.mc_duration = args.duration = 0.1
+    args.profile_repeats, args.profile_window = 3, 20.0
+  return args
+
+
+def _load_json(path: pathlib.Path) -> list:
+  try:
+    old = json.loads(path.read_text())
+  except (OSError, ValueError):
+    return []
+  # sections of the format before this one have no workload: dropped
+  return [s for s in old if isinstance(s, dict) and "workload" in s]
 
 
 def main(argv: list[str] | None = None):
   args = parse(argv)
   if args.child:
+    spec = json.loads(args.child)
+    if spec["impl"] == "profile":  # one model's profile, printed as JSON
+      from benchmarks import _nest_profile
+      out = _nest_profile.profile(spec["model"], spec["size"],
+                                  spec["warmup_ms"], spec["window_ms"],
+                                  spec["repeats"])
+      print(json.dumps(out))
+      return out
     return _nest_children.child_main(args.child)
-  args.only = set(args.only.split(","))
-  threads = args.threads or len(os.sched_getaffinity(0))
-  sections = []
-  with tempfile.TemporaryDirectory() as tmp:
-    for case in cases(args):
-      sections.append((case, run_case(case, tmp)))
-  loads = [r["load_before"] for _, runs in sections for rs in runs.values()
-           for r in rs]
-  table = render(sections, machine(loads, threads))
-  print(table)
   RESULTS.mkdir(exist_ok=True)
-  (RESULTS / f"{args.out}.md").write_text(table)
-  (RESULTS / f"{args.out}.json").write_text(json.dumps(
-      [dict(label=c["label"], runs=runs) for c, runs in sections], indent=1))
-  if args.docs:
-    write_docs(table)
-  return dict(table=table, sections=sections)
+  out: dict = {}
+  if not args.profile_only:
+    new = []
+    if not args.render:
+      with tempfile.TemporaryDirectory() as tmp:
+        new = [run_case(case, tmp) for case in cases(args)]
+    path = RESULTS / f"{args.out}.json"
+    sections = _nest_report.merge(_load_json(path), new)
+    table = _nest_report.render(sections,
+                                _nest_report.machine(args.nest_threads))
+    print(table)
+    (RESULTS / f"{args.out}.md").write_text(table)
+    path.write_text(json.dumps(sections, indent=1))
+    if args.docs:
+      _nest_report.write_docs(table)
+    out.update(table=table, sections=new)
+  profiling = args.profile or args.profile_only
+  if profiling or args.render:
+    path = RESULTS / f"{args.out}_profile.json"
+    new = run_profiles(args) if profiling and not args.render else []
+    profiles = [p for p in _load_json_any(path) if p["label"] not in
+                {q["label"] for q in new}] + new
+    if profiles:
+      text = _nest_report.render_profile(profiles)
+      print(text)
+      path.write_text(json.dumps(profiles, indent=1))
+      (RESULTS / f"{args.out}_profile.md").write_text(text)
+      if args.docs:
+        _nest_report.write_docs(text, "profile")
+      out.update(profile=text, profiles=new)
+  return out
+
+
+def run_profiles(args) -> list[dict]:
+  """One child per model of ``--only`` that has a profile
+  (:mod:`benchmarks._nest_profile`)."""
+  from benchmarks import _nest_profile
+  at = dict(_nest_profile.DEFAULT_AT, **dict(
+      (k, float(v)) for k, v in (x.split("=") for x in args.profile_at if x)))
+  out = []
+  for model in (m for m in _nest_profile.PROFILED if m in args.only):
+    spec = dict(impl="profile", model=model, size=at[model],
+                warmup_ms=args.warmup, window_ms=args.profile_window,
+                repeats=args.profile_repeats)
+    r = _nest_children.in_child(spec)
+    if "error" in r:
+      r = dict(label=f"{model} {at[model]:g}", error=r["error"])
+      print(r.get("error"), file=sys.stderr)
+    out.append(r)
+  return out
+
+
+def _load_json_any(path: pathlib.Path) -> list:
+  try:
+    return json.loads(path.read_text())
+  except (OSError, ValueError):
+    return []

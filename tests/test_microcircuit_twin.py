@@ -42,7 +42,6 @@ def test_the_nest_table_times_the_microcircuit_twin():
   from benchmarks import bench_nest
   args = bench_nest.parse(["--only", "microcircuit", "--impls",
                             "brainshard,twin", "--scales", "0.1"])
-  args.only = set(args.only.split(","))
   (case,) = bench_nest.cases(args)
   assert [s["impl"] for s in case["specs"]] == ["brainshard", "twin"]
   assert all(s["workload"] == "microcircuit" for s in case["specs"])
