@@ -29,7 +29,6 @@ Example:
 
 from __future__ import annotations
 
-import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -37,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from brainshard._core.caches import Cache
 from brainshard._simulation.random.blocks import block_key
 
 __all__ = ["Stimulus", "connection_key", "window_of", "add_spikes"]
@@ -104,11 +104,16 @@ def add_spikes(inputs: jax.Array, value: jax.Array, receptor: int,
   return _add_at(inputs, value[None], (receptor, off))
 
 
-@functools.lru_cache(maxsize=256)
+_KEY_DATA = Cache(maxsize=256)  # (seed, number) -> key data, hashed once
+
+
 def _key_data(seed: int, number: int) -> np.ndarray:
-  with jax.ensure_compile_time_eval():
-    key = jax.random.fold_in(jax.random.key(seed), 0x5EED + number)
-    return np.asarray(jax.random.key_data(key))
+  data = _KEY_DATA.get((seed, number))
+  if data is None:
+    with jax.ensure_compile_time_eval():
+      key = jax.random.fold_in(jax.random.key(seed), 0x5EED + number)
+      data = _KEY_DATA[seed, number] = np.asarray(jax.random.key_data(key))
+  return data
 
 
 def connection_key(seed: int, number: int) -> jax.Array:
