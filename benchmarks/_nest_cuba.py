@@ -80,7 +80,7 @@ def import_nest():
   if hasattr(nest, "VerbosityLevel"):  # NEST >= 3.9
     nest.verbosity = nest.VerbosityLevel.ERROR
   else:
-    nest.set_verbosity("M_ERROR")
+    nest.verbosity = nest.VerbosityLevel.ERROR
   return nest
 
 

@@ -74,7 +74,7 @@ def run_nest(regime: str, scale: float, seed: int, *, warmup: float,
   if hasattr(nest, "VerbosityLevel"):   # NEST >= 3.9
     nest.verbosity = nest.VerbosityLevel.ERROR
   else:
-    nest.set_verbosity("M_ERROR")
+    nest.verbosity = nest.VerbosityLevel.ERROR
   nest.ResetKernel()
   nest.set(resolution=dt, rng_seed=int(seed), local_num_threads=threads,
            print_time=False)

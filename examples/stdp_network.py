@@ -84,7 +84,7 @@ def run_nest(args, ours):
   """NEST on brainshard's connection table: the same synapses, delays and
   initial weights. Returns the final STDP weights, in ``ours``' order."""
   import nest
-  nest.set_verbosity("M_ERROR")
+  nest.verbosity = nest.VerbosityLevel.ERROR
   nest.ResetKernel()
   nest.resolution = DT
   E = nest.Create("iaf_psc_exp", N_E, params=[

@@ -46,7 +46,7 @@ def fresh_nest(seed=1):
   if hasattr(nest, "VerbosityLevel"):
     nest.verbosity = nest.VerbosityLevel.ERROR
   else:
-    nest.set_verbosity("M_ERROR")
+    nest.verbosity = nest.VerbosityLevel.ERROR
   nest.ResetKernel()
   nest.resolution = DT
   nest.rng_seed = seed

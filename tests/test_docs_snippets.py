@@ -205,6 +205,8 @@ def _network(ns, out):
   assert ns["rates"].shape[0] == ns["sr"].spikes.n
 
 
+# page -> {block: check(ns, captured)}: a block by its position (negative
+# from the end) or by a line of its code, which survives sections added above.
 CHECKS = {
     "README.md": {0: _readme},
     "docs/network.md": {0: _network},
@@ -216,7 +218,8 @@ CHECKS = {
     "docs/models_delivery.md": {0: _models_delivery},
     "docs/multihost.md": {2: _multihost_gather},
     "docs/submesh.md": {0: _submesh},
-    "docs/training.md": {2: _training_data_parallel},
+    "docs/training.md": {
+        "x, y = jnp.ones((64, 3))": _training_data_parallel},
 }
 
 # Optional dependencies a page's code imports: (module, minimum version).
@@ -261,9 +264,10 @@ def test_page_code_runs(page, tmp_path, monkeypatch, capsys):
       continue
     run_block(block, ns)
     jax.effects_barrier()  # a progress bar prints from a callback
-    for key in (k, k - len(found)):
-      if key in checks:
-        checks[key](ns, capsys.readouterr())
+    for key, check in checks.items():  # by position, or by a line it holds
+      if key in (k, k - len(found)) or (isinstance(key, str)
+                                        and key in block.code):
+        check(ns, capsys.readouterr())
         checked.add(key)
   # A check keyed to a block that moved or opted out would pass unseen.
   assert checked == set(checks), f"checks of no block that ran: {set(checks) - checked}"

@@ -44,7 +44,7 @@ def run_nest():
   if hasattr(nest, "VerbosityLevel"):
     nest.verbosity = nest.VerbosityLevel.ERROR
   else:
-    nest.set_verbosity("M_ERROR")
+    nest.verbosity = nest.VerbosityLevel.ERROR
   nest.ResetKernel()
   nest.resolution = DT
   nrn = nest.Create("iaf_psc_exp", 5)

@@ -61,7 +61,7 @@ def script(create, connect):
 
 
 def run_nest():
-  nest.set_verbosity("M_ERROR")
+  nest.verbosity = nest.VerbosityLevel.ERROR
   nest.ResetKernel()
   nest.resolution = 0.1
   nest.rng_seed = 1

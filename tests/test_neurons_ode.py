@@ -82,7 +82,7 @@ def _nest_run(name, params, w_ex, w_in, record):
   if hasattr(nest, "VerbosityLevel"):
     nest.verbosity = nest.VerbosityLevel.ERROR
   else:
-    nest.set_verbosity("M_ERROR")
+    nest.verbosity = nest.VerbosityLevel.ERROR
   nest.ResetKernel()
   nest.resolution = DT
   nrn = nest.Create(name, params=params)

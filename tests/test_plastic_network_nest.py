@@ -94,7 +94,7 @@ def run_nest():
   if hasattr(nest, "VerbosityLevel"):
     nest.verbosity = nest.VerbosityLevel.ERROR
   else:
-    nest.set_verbosity("M_ERROR")
+    nest.verbosity = nest.VerbosityLevel.ERROR
   nest.ResetKernel()
   nest.resolution = DT
   copies = {}

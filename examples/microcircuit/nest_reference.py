@@ -92,7 +92,7 @@ def run_nest(n_scale: float = 0.1, k_scale: float = 0.1, seed: int = 1, *,
   if hasattr(nest, "VerbosityLevel"):   # NEST >= 3.9
     nest.verbosity = nest.VerbosityLevel.ERROR
   else:
-    nest.set_verbosity("M_ERROR")
+    nest.verbosity = nest.VerbosityLevel.ERROR
   nest.ResetKernel()
   nest.set(resolution=dt, rng_seed=int(seed), print_time=False,
            local_num_threads=threads or len(os.sched_getaffinity(0)))
