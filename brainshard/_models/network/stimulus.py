@@ -130,5 +130,7 @@ def _add_at(x: jax.Array, value: jax.Array, off: Any) -> jax.Array:
   if all(isinstance(o, int) for o in off):
     return x.at[tuple(slice(o, o + w) for o, w in zip(off, value.shape))
                 ].add(value)
+  # one index dtype: a Python int is int64 under jax_enable_x64, an id int32
+  off = tuple(jnp.asarray(o, jnp.int32) for o in off)
   part = jax.lax.dynamic_slice(x, off, value.shape)
   return jax.lax.dynamic_update_slice(x, part + value, off)
