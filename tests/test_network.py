@@ -52,16 +52,18 @@ def reference(net, steps):
   consts = [{**g.fixed, **{k: np.asarray(v) for k, v in
                            g.constants.value.items()}} for g in net.groups]
   ids = np.arange(n)
+  # one jitted update per group (a bound method made anew each step would
+  # be a new function to jax.jit: a compile per step)
+  updates = [jax.jit(g.model.update) for g in net.groups]
   spikes_out, v_out = [], []
   for t in range(steps):
     inputs = buf[:, t % length].copy()
     buf[:, t % length] = 0
     fired = np.zeros(n, bool)
-    for g, state, c in zip(net.groups, states, consts):
+    for g, update, state, c in zip(net.groups, updates, states, consts):
       k = g.model.n_receptors
       x = np.concatenate([inputs, np.zeros((max(0, k - r), n))])[:k]
-      new, s = jax.jit(g.model.update)(c, state, x.astype(dtype),
-                                       np.zeros(n, dtype))
+      new, s = update(c, state, x.astype(dtype), np.zeros(n, dtype))
       inside = np.asarray(g.mask(jnp.asarray(ids)) if g.mask(
           jnp.asarray(ids)) is not None else np.ones(n, bool))
       for key in state:
