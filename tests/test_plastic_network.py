@@ -77,9 +77,12 @@ def net_E(net):
     "tau_rec": 200.0}], ids=["stdp", "tsodyks2"])
 def test_the_same_bits_on_1_2_4_and_8_devices(synapse):
   out = []
-  for devices in (1, 2, 4, 8):
+  # tsodyks2's per-source state is kept as STDP's is: two meshes suffice
+  for devices in (1, 2, 4, 8) if synapse is STDP else (1, 8):
     net, syn, sr, wr = recurrent(make_mesh((devices,), ("x",)), synapse)
     net.simulate(60.0)
+    # the default history (128 spikes) held every post spike a window saw
+    assert net.plasticity_overflow == 0
     out.append((sr.events, canonical(syn.get()), wr.events))
   first = out[0]
   assert len(first[0]["times"]) > 50 and len(first[2]["times"]) > 10
@@ -97,10 +100,9 @@ def test_a_resumed_run_is_the_straight_run(tmp_path):
   mesh = make_mesh((2,), ("x",))
   straight, syn, sr, _ = recurrent(mesh, STDP)
   hist = syn.histogram(np.linspace(0.0, 200.0, 9), interval=10.0)
-  straight.simulate(80.0)
-  first, syn1, _, _ = recurrent(mesh, STDP)
-  first.simulate(40.0)
-  first.save(tmp_path / "ck")
+  straight.simulate(40.0)
+  straight.save(tmp_path / "ck")  # saving changes nothing of the run
+  straight.simulate(40.0)
   resumed, syn2, sr2, _ = recurrent(mesh, STDP)
   hist2 = syn2.histogram(np.linspace(0.0, 200.0, 9), interval=10.0)
   resumed.restore(tmp_path / "ck")
@@ -123,10 +125,7 @@ def test_a_short_history_is_counted_and_warned_of():
   net, _, _, _ = recurrent(make_mesh((1,), ("x",)), STDP, history=1)
   with pytest.warns(RuntimeWarning, match="may have missed a post spike"):
     net.simulate(40.0)
-  assert net.plasticity_overflow > 0
-  net, _, _, _ = recurrent(make_mesh((1,), ("x",)), STDP)
-  net.simulate(40.0)
-  assert net.plasticity_overflow == 0
+  assert net.plasticity_overflow > 0  # (0 with the default: test above)
 
 
 @pytest.mark.slow
