@@ -13,7 +13,8 @@ repository root with ``python -m examples.NAME --help``:
   example writes it, on ``bm.Network``, in the paper's four regimes, with
   NEST's statistics of it (``nest_reference.json``; docs/brunel.md).
 - ``stdp_network``: a recurrent network whose E -> E synapses
-  (``stdp_synapse``) learn, beside NEST's weights for the same synapses (docs/plasticity.md).
+  (``stdp_synapse``) learn, beside NEST's weights for the same synapses
+  (docs/plasticity.md).
 - ``learn_sparse``: a sparse 10,000-neuron network with per-synapse delays
   trained by gradient on scikit-learn's digits (docs/training.md).
 - ``scaleout``: one script from one device to many processes.
