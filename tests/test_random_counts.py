@@ -13,6 +13,7 @@ import brainshard as bs
 from brainshard._simulation.random import small as random_small
 from brainshard._simulation.random import blocks as random_blocks
 from conftest import make_mesh
+from hlo_ops import compiled_ops
 
 stats = pytest.importorskip("scipy.stats")
 
@@ -119,6 +120,21 @@ def test_a_rate_known_at_trace_time_counts_the_rows_its_bits_pass(lam):
     np.testing.assert_array_equal(got, want)
   np.testing.assert_array_equal(R.from_table(table, size=(60, 70), key=key),
                                 want)
+
+
+def test_the_guide_joins_the_hash_in_one_loop():
+  # The gathered entry has two uses; a third (a decode in three shifts)
+  # made XLA:CPU gather in a fusion of its own and hash twice (2x).
+  if jax.default_backend() != "cpu":
+    pytest.skip("XLA:CPU's fusion")
+
+  def compiled(draw):
+    return compiled_ops(jax.jit(draw).lower(jax.random.key(0)).compile()
+                        .as_text())
+  uniform = compiled(lambda k: R.uniform(size=4096, key=k))
+  guided = compiled(lambda k: R.poisson(10.0, size=4096, key=k))
+  assert guided["gather"] == 1 and guided["fusion"] == uniform["fusion"]
+  assert guided["xor"] <= uniform["xor"] + 2  # the hash once
 
 
 def test_poisson_frequencies_match_the_pmf():

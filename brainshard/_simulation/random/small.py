@@ -272,7 +272,8 @@ def _bucket(y, xp=jnp):
   return index, z - lo
 
 
-_GUIDES = Cache(maxsize=256)  # rows -> guide(rows); None -> buckets()
+# rows -> guide(rows); ("device", rows) -> on the device; None -> buckets()
+_GUIDES = Cache(maxsize=512)
 
 
 def buckets() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -376,13 +377,19 @@ def sample(key: jax.Array, table: jax.Array, *, shape: tuple[int, ...],
 
 
 def guide_plan(table: Any) -> tuple[np.ndarray, np.ndarray] | None:
-  """:func:`guide` of ``table`` where it draws for less than the compares
-  of every row: one table (1-D) known at trace time, of GUIDE_MIN_ROWS to
-  127 rows; else None."""
+  """:func:`guide` of ``table`` (as jax arrays) where it draws for less
+  than the compares of every row: one table (1-D) known at trace time, of
+  GUIDE_MIN_ROWS to 127 rows; else None."""
   if compat.is_traced(table) or np.ndim(table) != 1 or not (
       GUIDE_MIN_ROWS <= len(table) <= _BASE):
     return None
-  return guide(tuple(np.asarray(table).tolist()))
+  rows = tuple(np.asarray(table).tolist())
+  on_device = _GUIDES.get(("device", rows))
+  if on_device is None:  # an eager draw copies ~100 KiB of entries once
+    with jax.ensure_compile_time_eval():
+      on_device = _GUIDES["device", rows] = tuple(
+          jnp.asarray(a) for a in guide(rows))
+  return on_device
 
 
 def sample_guided(key: jax.Array, entries: jax.Array, extra: jax.Array, *,
