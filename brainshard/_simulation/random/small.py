@@ -31,18 +31,18 @@ compare and an add per row (signed: one AVX2 compare, where the unsigned
 one is two) summed as a tree, which XLA fuses with the hash into one loop.
 One table known at trace time (a scalar rate: ``bs.random.poisson(lam)``,
 ``binomial(n, p)``, ``from_table`` of a constant 1-D table) of at least
-``GUIDE_MIN_ROWS`` rows is searched with a guide instead (:func:`guide`,
-:func:`guided`: a bucket from the draw's float32 exponent, one gather, one
-compare), whose cost does not grow with the rows: the same counts for
-every draw, so the same numbers as the compares. On one CPU
-(``python -m benchmarks random --only small``), against a uniform draw:
-``poisson(lam)`` costs ~1.0-1.2x for ``lam <= 1`` (compares, 12 rows at
-``lam = 1``) and ~1.3-1.4x for ``lam`` 2.4 to 10 (the guide; the compares
-cost 1.4x at 2.4, 1.7x at 5 and 2.1x at 10), against 15-70x for the exact
-loop of ``random_counts``. XLA:CPU does not vectorize the gather (8 scalar
-loads a vector): it costs about 16 rows of compares, and it must stay in
-the hash's fusion (a third use of the gathered value splits it off, and
-the hash runs twice).
+``GUIDE_MIN_ROWS`` rows (poisson: ``lam >= 1.91``) is searched with a
+guide instead (:func:`guide`, :func:`guided`: a bucket from the draw's
+float32 exponent, one gather, one compare), whose cost does not grow with
+the rows: the same counts for every draw, so the same numbers as the
+compares. On one CPU (``python -m benchmarks random --only small``),
+against a uniform draw: ``poisson(lam)`` costs ~1.0-1.2x for ``lam <= 1``
+(compares, 12 rows at ``lam = 1``) and ~1.3-1.4x for ``lam`` 2.4 to 10
+(the guide; the compares cost 1.4x at 2.4, 1.7x at 5 and 2.1x at 10),
+against 15-70x for the exact loop of ``random_counts``. XLA:CPU does not
+vectorize the gather (8 scalar loads a vector): it costs about 16 rows of
+compares, and it must stay in the hash's fusion (a third use of the
+gathered value splits it off, and the hash runs twice).
 
 Example:
   >>> from brainshard._simulation.random import small as random_small
