@@ -13,6 +13,7 @@ import brainshard as bs
 from brainshard._simulation.random import small as random_small
 from brainshard._simulation.random import blocks as random_blocks
 from conftest import make_mesh
+from hlo_ops import compiled_ops
 
 stats = pytest.importorskip("scipy.stats")
 
@@ -61,6 +62,79 @@ def test_counts_are_the_rows_the_drawn_bits_pass():
   want = (x[None] > table[:, None]).sum(0)
   np.testing.assert_array_equal(got, want)
   assert (got[:, 0] == 0).all()
+
+
+def _guide_cases():
+  rng = np.random.default_rng(0)
+  tables = [R.poisson_table(lam) for lam in (2.4, 5.0, 10.0, 30.0, 60.0)]
+  tables += [R.binomial_table(n, p) for n, p in ((100, 0.5), (50, 0.99),
+                                                 (1000, 0.01))]
+  # thresholds crowding a bucket (more than one: compares), at either end
+  # and in the middle, repeated ones
+  lo, hi = -(1 << 30) - 1, (1 << 30) - 1
+  for draw in (lambda k: rng.integers(lo, hi, k),
+               lambda k: lo + rng.integers(0, 60, k),
+               lambda k: hi - rng.integers(0, 60, k),
+               lambda k: rng.integers(-3000, 3000, k)):
+    tables.append(np.sort(draw(int(rng.integers(1, 128)))).astype(np.int32))
+  return tables
+
+
+def test_the_guide_counts_every_draw_as_the_rows_do():
+  # The indexed search (random_small.guide, what a table known at trace
+  # time draws with) against the compares of every row: at both edges of
+  # every bucket, at each threshold and its neighbours, and at random.
+  index, xlo, xhi = random_small.buckets()
+  assert xlo[0] == 0 and xhi[-1] == (1 << 31) - 1
+  assert (xlo[1:] == xhi[:-1] + 1).all() and (xhi >= xlo).all()
+  assert len(np.unique(index)) == len(index)
+  for x in (xlo, xhi):  # a bucket is the interval of draws of one index
+    got = random_small._bucket((x - (1 << 30)).astype(np.int32), np)[0]
+    np.testing.assert_array_equal(got, index)
+  rng = np.random.default_rng(1)
+  for table in _guide_cases():
+    t = table.astype(np.int64) + (1 << 30) + 1
+    x = np.concatenate([xlo - 1, xlo, xhi, xhi + 1, t - 1, t, t + 1,
+                        rng.integers(0, 1 << 31, 1 << 14)])
+    x = np.unique(x[(x >= 0) & (x < (1 << 31))])
+    bits = jnp.asarray(((x << 1) | rng.integers(0, 2, len(x))).astype(
+        np.uint32))
+    entries, extra = random_small.guide(tuple(table.tolist()))
+    got = random_small.guided(bits, entries, list(extra))
+    np.testing.assert_array_equal(got, random_small.counts(bits, list(table)))
+
+
+@pytest.mark.parametrize("lam", [2.4, 10.0, 60.0])
+def test_a_rate_known_at_trace_time_counts_the_rows_its_bits_pass(lam):
+  # poisson(lam) with one table for every element draws by the guide: the
+  # counts of the compares, bit for bit, at any shape and padding
+  key = jax.random.key(4)
+  table = R.poisson_table(lam)
+  assert len(table) >= random_small.GUIDE_MIN_ROWS
+  for shape in ((5000,), (4097,), (60, 70)):
+    got = np.asarray(R.poisson(lam, size=shape, key=key))
+    bits = np.asarray(jax.random.bits(random_blocks.block_key(key, 0, 0),
+                                      shape, jnp.uint32))
+    x = bits.view(np.int32) >> 1
+    want = (x[None] > table.reshape(-1, *[1] * len(shape))).sum(0)
+    np.testing.assert_array_equal(got, want)
+  np.testing.assert_array_equal(R.from_table(table, size=(60, 70), key=key),
+                                want)
+
+
+def test_the_guide_joins_the_hash_in_one_loop():
+  # The gathered entry has two uses; a third (a decode in three shifts)
+  # made XLA:CPU gather in a fusion of its own and hash twice (2x).
+  if jax.default_backend() != "cpu":
+    pytest.skip("XLA:CPU's fusion")
+
+  def compiled(draw):
+    return compiled_ops(jax.jit(draw).lower(jax.random.key(0)).compile()
+                        .as_text())
+  uniform = compiled(lambda k: R.uniform(size=4096, key=k))
+  guided = compiled(lambda k: R.poisson(10.0, size=4096, key=k))
+  assert guided["gather"] == 1 and guided["fusion"] == uniform["fusion"]
+  assert guided["xor"] <= uniform["xor"] + 2  # the hash once
 
 
 def test_poisson_frequencies_match_the_pmf():
@@ -175,7 +249,7 @@ def test_a_shard_draws_its_block_of_the_unsharded_counts(devices):
 
   def draws(rng, m, table):
     return (rng.poisson(2.4, size=m), rng.binomial(10, 0.3, size=m),
-            rng.from_table(table))
+            rng.poisson(10.0, size=m), rng.from_table(table))
 
   rng = bs.RandomState(7)
   whole = [np.asarray(x) for x in bs.jit(lambda t: draws(rng, n, t))(table)]

@@ -326,8 +326,13 @@ def from_table(table, size: Size = None, key: Any = None,
 
 
 def _from_table(where, table, shape, key, dtype, spec):
-  return draw(where, key, random_small.sample, (table,), shape,
-              jnp.dtype(dtype or jnp.int32), spec=spec, ranks=(1,))
+  dtype = jnp.dtype(dtype or jnp.int32)
+  plan = random_small.guide_plan(table)
+  if plan is not None:  # one table known at trace time: the same counts
+    return draw(where, key, random_small.sample_guided, plan, shape, dtype,
+                spec=spec, ranks=(1, 1))
+  return draw(where, key, random_small.sample, (table,), shape, dtype,
+              spec=spec, ranks=(1,))
 
 
 def randint(low, high=None, size: Size = None, key: Any = None,

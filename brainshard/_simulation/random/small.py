@@ -25,12 +25,24 @@ same rate closed over. For traced per-element rates build the table once
 on the host (:func:`poisson_table`), keep it in a State sharded like the
 rates, and draw with ``bs.random.from_table``.
 
-The cost is a compare and an add per row (signed: one AVX2 compare, where
-the unsigned one is two), summed as a tree, which XLA fuses with the hash
-into one loop: ``poisson(2.4)`` (17 rows) costs ~1.4x a uniform draw,
-against ~15x for the exact loop of ``random_counts``. A gather (the alias
-method, a guide table) would be O(1) in the rows, but XLA:CPU's gather
-costs more than 30 compares and splits the fusion.
+The counts of a draw are those rows, however they are found. Per-element
+tables (and tables traced where the draw is) compare with every row, a
+compare and an add per row (signed: one AVX2 compare, where the unsigned
+one is two) summed as a tree, which XLA fuses with the hash into one loop.
+One table known at trace time (a scalar rate: ``bs.random.poisson(lam)``,
+``binomial(n, p)``, ``from_table`` of a constant 1-D table) of at least
+``GUIDE_MIN_ROWS`` rows (poisson: ``lam >= 1.91``) is searched with a
+guide instead (:func:`guide`, :func:`guided`: a bucket from the draw's
+float32 exponent, one gather, one compare), whose cost does not grow with
+the rows: the same counts for every draw, so the same numbers as the
+compares. On one CPU (``python -m benchmarks random --only small``),
+against a uniform draw: ``poisson(lam)`` costs ~1.0-1.2x for ``lam <= 1``
+(compares, 12 rows at ``lam = 1``) and ~1.3-1.4x for ``lam`` 2.4 to 10
+(the guide; the compares cost 1.4x at 2.4, 1.7x at 5 and 2.1x at 10),
+against 15-70x for the exact loop of ``random_counts``. XLA:CPU does not
+vectorize the gather (8 scalar loads a vector): it costs about 16 rows of
+compares, and it must stay in the hash's fusion (a third use of the
+gathered value splits it off, and the hash runs twice).
 
 Example:
   >>> from brainshard._simulation.random import small as random_small
@@ -48,10 +60,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from brainshard._core import compat
+from brainshard._core.caches import Cache
 from brainshard._simulation.random import blocks
 
 __all__ = ["poisson_table", "binomial_table", "poisson_plan",
-           "binomial_plan", "sample", "counts", "ONE"]
+           "binomial_plan", "sample", "sample_guided", "counts", "guide",
+           "guide_plan", "guided", "ONE"]
 
 ONE = 1 << 31        # T[k] that no draw passes (draws are 31 bits)
 _SHIFT = (1 << 30) + 1  # stored: T[k] - _SHIFT, compared with x - 2**30
@@ -207,6 +221,140 @@ def binomial_plan(n: Any, p: Any) -> np.ndarray | None:
 
 
 # ----------------------------------------------------------------------------
+# The guide: an indexed search of one table (host-built, int32)
+#
+# A draw ``x = y + 2**30`` in ``[0, 2**31)`` is at distance ``d`` from the
+# nearer end; ``z = y ^ (2**30 - 1)`` is ``-(d + 1)`` below the middle and
+# ``d`` above, and the bucket is float32(z)'s sign, exponent and top
+# GUIDE_BITS mantissa bits (a logical shift): 2**GUIDE_BITS buckets per
+# octave of ``d``, as fine as one draw near either end, where the tail rows
+# crowd (``P(X > k)`` of a few ``2**-31``), and ``d / 2**GUIDE_BITS`` wide in
+# the middle, where the rows are ``P(X = k)`` apart. float32 rounds ``z`` to
+# 24 bits, but monotonically, so a bucket is an interval of draws; the host
+# finds them (:func:`buckets`) and each draw's place in its bucket with the
+# same code on NumPy (:func:`_bucket`). The offset, ``z`` less the bucket's
+# float with the rest of the mantissa cleared, decreases with ``x`` within a
+# bucket (``|offset| <= 2**23``). A bucket's entry is ``rel * 128 + base``:
+# its count at its first draw (``base`` <= 127) and at most one threshold
+# inside it, as the offset it has there (``rel``; ``-2**24``: none), so
+# ``count = (e & 127) + (e >= offset * 128)``. Where a bucket holds more
+# thresholds, the others stay compares of every element (``extra``; counts
+# add over any split of the rows): none for the tables of poisson(lam) and
+# binomial this module builds (tests/test_random_counts.py). The entries
+# are int32 ``[2**14 + 157 * 2**GUIDE_BITS + 1]`` (~100 KiB, ~3,200 of
+# them live), one table size for every row count: one compiled program.
+
+GUIDE_BITS = 6
+GUIDE_MIN_ROWS = 16  # fewer rows: the compares of counts cost less
+_BASE = 127  # an entry: rel * 128 + base (base: the count, <= 127)
+_NO_REL = -(1 << 24)  # no threshold in the bucket: no offset is <= it
+
+
+def _bucket(y, xp=jnp):
+  """``(index, offset)`` of int32 draws ``y`` in ``[-2**30, 2**30)``, on
+  jax.numpy or NumPy (the host's tables): the bucket, and the draw's
+  position in it (decreasing in ``y`` within a bucket; ``|offset| <=
+  2**23``)."""
+  i32 = np.int32
+  # -(1 + the distance to the lower end) below the middle, the distance to
+  # the upper end above
+  z = y ^ i32(0x3FFFFFFF)
+  mask = i32(-(1 << (23 - GUIDE_BITS)))
+  if xp is np:
+    f = z.astype(np.float32).view(np.int32)
+    with np.errstate(invalid="ignore"):  # y past the range: 2**31
+      lo = (f & mask).view(np.float32).astype(np.int32)
+    index = (f.view(np.uint32) >> np.uint32(23 - GUIDE_BITS)).view(np.int32)
+  else:
+    f = jax.lax.bitcast_convert_type(z.astype(jnp.float32), jnp.int32)
+    lo = jax.lax.bitcast_convert_type(f & mask, jnp.float32).astype(jnp.int32)
+    index = jax.lax.shift_right_logical(f, i32(23 - GUIDE_BITS))
+  return index, z - lo
+
+
+# rows -> guide(rows); ("device", rows) -> on the device; None -> buckets()
+_GUIDES = Cache(maxsize=512)
+
+
+def buckets() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Every bucket that a draw ``x = y + 2**30`` in ``[0, 2**31)`` falls
+  in: ``(index, xlo, xhi)`` (int64), the draws ``xlo .. xhi``. The index
+  increases with ``x`` below the middle and decreases above, so each
+  value's first draw is bisected."""
+  if None not in _GUIDES:
+    _GUIDES[None] = _buckets()
+  return _GUIDES[None]
+
+
+def _buckets():
+  out = []
+  for a0, b0, sign in ((0, 1 << 30, 1), (1 << 30, 1 << 31, -1)):
+    ends = _bucket(np.array([a0, b0 - 1], np.int64) - (1 << 30), np)[0]
+    want = np.arange(ends.min(), ends.max() + 1, dtype=np.int64)
+    a, b = np.full_like(want, a0), np.full_like(want, b0)
+    for _ in range(32):  # the first x whose index is past want (by sign)
+      mid = (a + b) // 2
+      index = _bucket((mid - (1 << 30)).astype(np.int32), np)[0]
+      past = (index - want) * sign >= 0 if sign > 0 else index <= want
+      a, b = np.where(past, a, mid + 1), np.where(past, mid, b)
+    first = a if sign > 0 else a[::-1]  # increasing x
+    values = want if sign > 0 else want[::-1]
+    last = np.append(first[1:], b0) - 1
+    live = last >= first
+    out.append((values[live], first[live], last[live]))
+  return tuple(np.concatenate(c) for c in zip(*out))
+
+
+def guide(rows: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+  """``(entries, extra)`` of the threshold rows ``rows`` (stored int32, one
+  table for every element; at most 127 rows): ``entries`` int32 for
+  :func:`guided`, ``extra`` the stored rows it leaves to compares.
+  ``guided(bits, *guide(rows)) == counts(bits, rows)`` for every draw
+  (tests/test_random_counts.py checks every bucket's edges)."""
+  if rows not in _GUIDES:
+    _GUIDES[rows] = _guide(rows)
+  return _GUIDES[rows]
+
+
+def _guide(rows):
+  stored = np.asarray(rows, np.int64)
+  if len(stored) > _BASE:
+    raise ValueError(f"guide: at most {_BASE} rows (got {len(stored)}).")
+  t = stored + _SHIFT  # count(x) = #{k : x >= t[k]}, x in [0, 2**31)
+  index, xlo, xhi = buckets()
+  # thresholds inside a bucket past its first: compares of every element
+  first = np.searchsorted(t, xlo, "right")
+  stop = np.searchsorted(t, xhi, "right")
+  extra = np.zeros(len(t), bool)
+  for f, e in zip(first[stop - first > 1], stop[stop - first > 1]):
+    extra[f + 1:e] = True
+  kept = t[~extra]
+  first = np.searchsorted(kept, xlo, "right")
+  inside = np.searchsorted(kept, xhi, "right") > first
+  one = kept[np.minimum(first, len(kept) - 1)] if len(kept) else xlo
+  # the offset decreases with x in a bucket: x >= one iff offset <= its
+  at, rel = _bucket((one - (1 << 30)).astype(np.int32), np)
+  assert (at[inside] == index[inside]).all()
+  rel = np.where(inside, rel.astype(np.int64), _NO_REL)
+  entries = np.zeros(int(index.max()) + 1, np.int64)
+  entries[index] = rel * (_BASE + 1) + first
+  return entries.astype(np.int32), stored[extra].astype(np.int32)
+
+
+def guided(bits: jax.Array, entries: Any, extra: Sequence[Any] = ()
+           ) -> jax.Array:
+  """int32 counts of 31 of the ``bits`` (uint32) by the guide ``entries``
+  and the compares of rows ``extra`` (:func:`guide`): :func:`counts`'s."""
+  y = jax.lax.bitcast_convert_type(bits, jnp.int32) >> 1
+  index, offset = _bucket(y)
+  # one gather, used twice (a third use splits it from the hash's fusion)
+  e = jnp.asarray(entries).at[index].get(mode="promise_in_bounds")
+  out = (e & np.int32(_BASE)) + (e >= (offset << np.int32(7))).astype(
+      jnp.int32)
+  return out + counts(bits, list(extra)) if len(extra) else out
+
+
+# ----------------------------------------------------------------------------
 # The draw
 
 
@@ -226,6 +374,35 @@ def sample(key: jax.Array, table: jax.Array, *, shape: tuple[int, ...],
         lambda m: counts(jax.random.bits(key, (m,), jnp.uint32), rows),
         shape[0], jax.random.key_data(key)[0]).astype(dtype)
   return counts(jax.random.bits(key, shape, jnp.uint32), rows).astype(dtype)
+
+
+def guide_plan(table: Any) -> tuple[np.ndarray, np.ndarray] | None:
+  """:func:`guide` of ``table`` (as jax arrays) where it draws for less
+  than the compares of every row: one table (1-D) known at trace time, of
+  GUIDE_MIN_ROWS to 127 rows; else None."""
+  if compat.is_traced(table) or np.ndim(table) != 1 or not (
+      GUIDE_MIN_ROWS <= len(table) <= _BASE):
+    return None
+  rows = tuple(np.asarray(table).tolist())
+  on_device = _GUIDES.get(("device", rows))
+  if on_device is None:  # an eager draw copies ~100 KiB of entries once
+    with jax.ensure_compile_time_eval():
+      on_device = _GUIDES["device", rows] = tuple(
+          jnp.asarray(a) for a in guide(rows))
+  return on_device
+
+
+def sample_guided(key: jax.Array, entries: jax.Array, extra: jax.Array, *,
+                  shape: tuple[int, ...], dtype: Any) -> jax.Array:
+  """:func:`sample` of one table by its guide ``entries`` and rows
+  ``extra`` (:func:`guide`): the same counts."""
+  rows = [extra[k] for k in range(extra.shape[-1])]
+  fn = lambda s: guided(jax.random.bits(key, s, jnp.uint32),  # noqa: E731
+                        entries, rows)
+  if len(shape) == 1:  # the search joins the hash on padded lanes
+    return blocks.lanes(lambda m: fn((m,)), shape[0],
+                        jax.random.key_data(key)[0]).astype(dtype)
+  return fn(shape).astype(dtype)
 
 
 def counts(bits: jax.Array, rows: Sequence[jax.Array]) -> jax.Array:
