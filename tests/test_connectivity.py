@@ -360,6 +360,21 @@ def test_counter_uniform_top_bin_stays_below_one(monkeypatch):
   assert bool(jnp.isfinite(counter.normal(keys, 3, 0)).all())
 
 
+@pytest.mark.parametrize("x64", [False, True], ids=["x32", "x64"])
+def test_host_fold_in_is_jax_fold_in(x64):
+  # connection keys are folded in NumPy: the same words as JAX's threefry
+  from brainshard._models.connectivity.counter import host_fold_in, host_key
+  data = np.array([0, 1, 0x5EED, 2**31, 2**32 - 1], np.uint32)
+  with jax.enable_x64(x64):
+    for seed in (0, 7, 2**31, 2**32 + 5, 2**63 - 1):
+      key = jax.random.key(seed)
+      assert (host_key(seed) == np.asarray(jax.random.key_data(key))).all()
+      want = [np.asarray(jax.random.key_data(jax.random.fold_in(key, int(d))))
+              for d in data]
+      np.testing.assert_array_equal(host_fold_in(host_key(seed), data), want)
+      np.testing.assert_array_equal(host_fold_in(host_key(seed), 1), want[1])
+
+
 # --- the build's output is pinned --------------------------------------------
 # Per network: sha256 (first 16 hex digits) of the pre, post, delay and
 # receptor columns of by_target(bm.synapses(index)), and an order-sensitive

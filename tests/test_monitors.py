@@ -58,6 +58,12 @@ def test_compaction_per_shard_finds_every_word():
   np.testing.assert_array_equal(neurons, ref_neurons)
   with pytest.raises(_spikes.Overflow):
     _spikes.decode(_spikes.compact(buf, capacity=1), 0, 160, 0)
+  whole = _spikes.dispatch(buf, capacity=1)  # small: copied whole, no program
+  assert isinstance(whole, _spikes.Whole) and whole.n_local == 16
+  steps, neurons = _spikes.decode(whole, start=0, length=5 * 32, base=0)
+  np.testing.assert_array_equal(steps, ref_steps)
+  np.testing.assert_array_equal(neurons, ref_neurons)
+  np.testing.assert_array_equal(whole.spikes, np.asarray(c.spikes))
 
 
 @pytest.mark.slow
@@ -179,8 +185,11 @@ def _steady_spiker(n=8):
 
 
 @pytest.mark.slow
-def test_capacity_counts_spikes_not_words():
+@pytest.mark.parametrize("host_words", [0, None], ids=["compacted", "whole"])
+def test_capacity_counts_spikes_not_words(monkeypatch, host_words):
   # 32 steps of neuron 0: 32 spikes, all in one 32-step word.
+  if host_words is not None:
+    monkeypatch.setattr(_spikes, "HOST_WORDS", host_words)
   v, step = _steady_spiker()
   runner = bs.Runner(step, {"s": bs.SpikeMonitor(capacity=31,
                                                  on_overflow="raise")},

@@ -20,10 +20,13 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-__all__ = ["unit_keys", "bits", "sub_keys", "uniform", "normal", "randint", "mulhi"]
+__all__ = ["unit_keys", "host_key", "host_fold_in", "bits", "sub_keys", "uniform", "normal", "randint", "mulhi"]
 
 _U = jnp.uint32
 
@@ -40,6 +43,36 @@ def unit_keys(key: jax.Array, ids: jax.Array) -> jax.Array:
   """uint32 ``[len(ids), 2]``: the keys of units ``ids`` (threefry)."""
   keys = jax.vmap(jax.random.fold_in, (None, 0))(key, ids.astype(_U))
   return jax.random.key_data(keys)
+
+
+def host_key(seed: int) -> np.ndarray:
+  """uint32 ``[2]``: the data of ``jax.random.key(seed)`` (threefry), on
+  the host: the high word only with x64 on, as JAX does."""
+  hi = (seed >> 32) & 0xFFFFFFFF if jax.config.jax_enable_x64 else 0
+  return np.array([hi, seed & 0xFFFFFFFF], np.uint32)
+
+
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+
+
+def host_fold_in(key: np.ndarray, data: Any) -> np.ndarray:
+  """uint32 ``[*data.shape, 2]``: ``jax.random.fold_in`` of the key data
+  ``key`` (threefry, uint32 ``[2]``) with each of ``data`` (uint32), in
+  NumPy: the same words, and no program to compile for a handful of keys
+  (a threefry costs ~0.1 s of compile on a CPU at each place it is used)."""
+  k0, k1 = np.uint32(key[0]), np.uint32(key[1])
+  ks = (k0, k1, k0 ^ k1 ^ np.uint32(0x1BD11BDA))
+  shape = np.shape(data)
+  x1 = np.asarray(data).astype(np.uint32).reshape(-1)  # arrays wrap quietly
+  x0 = np.zeros_like(x1)  # the high word of a uint32 datum
+  x0, x1 = x0 + ks[0], x1 + ks[1]
+  for i in range(5):   # threefry2x32: 20 rounds, a key injected every 4
+    for r in _ROTATIONS[i % 2]:
+      x0 = x0 + x1
+      x1 = x0 ^ ((x1 << np.uint32(r)) | (x1 >> np.uint32(32 - r)))
+    x0 = x0 + ks[(i + 1) % 3]
+    x1 = x1 + ks[(i + 2) % 3] + np.uint32(i + 1)
+  return np.stack([x0, x1], -1).reshape(*shape, 2)
 
 
 def _mix(slots, k0, k1, stream, attempt):

@@ -214,13 +214,15 @@ def queue_states(mesh: Any, axis: str, rows: tuple, length: int, every: int,
   """The queue's States, zero, split over the neurons: the ring buffer
   ``[*rows, L, n]``, the input of the next ``every`` steps ``[every, *rows,
   n]`` and the next step's index ``t`` (replicated)."""
+  # Zeros from the host: jnp.zeros compiles a program per shape and dtype,
+  # four of them before a small network's first spike.
   put = lambda x, spec: jax.device_put(x, NamedSharding(mesh, spec))  # noqa: E731
   spec = P(*(None,) * (len(rows) + 1), axis)
-  buffer = ShortTermState(put(jnp.zeros((*rows, length, n), dtype), spec),
+  buffer = ShortTermState(put(np.zeros((*rows, length, n), dtype), spec),
                           name=f"{name}.buffer", spec=spec)
-  current = ShortTermState(put(jnp.zeros((every, *rows, n), dtype), spec),
+  current = ShortTermState(put(np.zeros((every, *rows, n), dtype), spec),
                            name=f"{name}.current", spec=spec)
-  t = ShortTermState(put(jnp.zeros((), jnp.int32), P()), name=f"{name}.t",
+  t = ShortTermState(put(np.zeros((), np.int32), P()), name=f"{name}.t",
                      spec=P())
   return buffer, current, t
 

@@ -153,7 +153,7 @@ class Recorder:
   def dispatch(self, out: Any) -> tuple:
     """Starts the device-side compaction of a chunk's outputs (async)."""
     (_, bufs, traces), ys = out
-    comps = [_spikes.compact(b, self.capacity.get(k)
+    comps = [_spikes.dispatch(b, self.capacity.get(k)
                              or self._monitor_capacity(k))
              for k, b in enumerate(bufs)]
     for k, c in enumerate(comps):

@@ -10,6 +10,9 @@ buffers of (position, word) pairs and their count; the host copies these,
 one block per shard (no all-gather of the raster), and expands the bits into
 (step, neuron) events. A count above the capacity is an overflow: it is
 detected, never truncated (the caller compacts again with room to spare).
+A buffer of at most ``HOST_WORDS`` words skips the program: it is copied
+whole and read on the host (:func:`dispatch`), as a small network's first
+chunk would otherwise wait for one compile per recorded population.
 """
 
 from __future__ import annotations
@@ -25,9 +28,13 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from brainshard._core.caches import Cache
 
 __all__ = ["word_rows", "zeros_like_aval", "record_spikes", "compact",
-           "Compacted", "decode", "Overflow"]
+           "Compacted", "Whole", "dispatch", "decode", "Overflow"]
 
 BITS = 32
+# Up to this many words (256 KiB) a buffer is copied whole: about what a
+# compacted copy of a default capacity costs, and no compile (~0.2 s for
+# each buffer shape on a CPU) before the first spikes come back.
+HOST_WORDS = 1 << 16
 
 
 class Overflow(Exception):
@@ -96,6 +103,21 @@ class Compacted(NamedTuple):
   capacity: int
 
 
+class Whole(NamedTuple):
+  """A small word buffer on its way to the host whole (not compacted)."""
+  buf: jax.Array      # [rows, shards * n_local], its copy started
+  shards: int
+  n_local: int
+  capacity: int       # rows * n_local: a whole buffer never overflows
+
+  @property
+  def spikes(self) -> np.ndarray:
+    """Spikes (set bits) per shard, as :attr:`Compacted.spikes`."""
+    h = np.asarray(self.buf)
+    return np.bitwise_count(h.reshape(h.shape[0], self.shards, self.n_local)
+                            ).sum((0, 2), dtype=np.int64)
+
+
 def _neuron_axes(sharding: Any, ndim: int) -> Any:
   """The mesh axes the neuron dimension of a word buffer is split over."""
   if not isinstance(sharding, NamedSharding) or ndim != 2:
@@ -142,7 +164,44 @@ def compact(buf: jax.Array, capacity: int | None) -> Compacted:
   return Compacted(pos, words, counts, spikes, shards, n_local, capacity)
 
 
-def decode(c: Compacted, start: int, length: int, base: int
+def dispatch(buf: jax.Array, capacity: int | None) -> Compacted | Whole:
+  """A word buffer on its way to the host: whole when it has at most
+  ``HOST_WORDS`` words and this process holds all of it, else
+  :func:`compact` ed."""
+  if buf.size > HOST_WORDS or not buf.is_fully_addressable:
+    return compact(buf, capacity)
+  axes = _neuron_axes(buf.sharding, buf.ndim)
+  shards = 1
+  if axes is not None:
+    for a in (axes if isinstance(axes, tuple) else (axes,)):
+      shards *= buf.sharding.mesh.shape[a]
+  buf.copy_to_host_async()
+  rows, n_local = buf.shape[0], buf.shape[1] // shards
+  return Whole(buf, shards, n_local, rows * n_local)
+
+
+def _words(c: Compacted | Whole) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Each non-zero word's row, global neuron and value."""
+  if isinstance(c, Whole):
+    h = np.asarray(c.buf)
+    row, col = np.nonzero(h)
+    return row.astype(np.int64), col.astype(np.int64), h[row, col]
+  counts = np.asarray(c.counts)
+  if counts.max(initial=0) > c.capacity:
+    raise Overflow(int(counts.max()), c.capacity)
+  pos = np.asarray(c.pos).reshape(c.shards, c.capacity)
+  words = np.asarray(c.words).reshape(c.shards, c.capacity)
+  rows, cols, values = [], [], []
+  for s in range(c.shards):
+    k = int(counts[s])
+    row, col = np.divmod(pos[s, :k].astype(np.int64), c.n_local)
+    rows.append(row)
+    cols.append(s * c.n_local + col)
+    values.append(words[s, :k])
+  return np.concatenate(rows), np.concatenate(cols), np.concatenate(values)
+
+
+def decode(c: Compacted | Whole, start: int, length: int, base: int
            ) -> tuple[np.ndarray, np.ndarray]:
   """The (step, neuron) events of one chunk, sorted by step then neuron.
 
@@ -150,22 +209,11 @@ def decode(c: Compacted, start: int, length: int, base: int
   ``[start, start + length)`` (bits of a shared boundary word) are dropped.
   Raises :class:`Overflow` when a shard's count exceeds the capacity.
   """
-  counts = np.asarray(c.counts)
-  if counts.max(initial=0) > c.capacity:
-    raise Overflow(int(counts.max()), c.capacity)
-  pos = np.asarray(c.pos).reshape(c.shards, c.capacity)
-  words = np.asarray(c.words).reshape(c.shards, c.capacity)
-  steps, neurons = [], []
-  for s in range(c.shards):
-    k = int(counts[s])
-    p, w = pos[s, :k], words[s, :k]
-    bits = (w[:, None] >> np.arange(BITS, dtype=np.uint32)) & 1
-    which, bit = np.nonzero(bits)
-    row, col = np.divmod(p[which].astype(np.int64), c.n_local)
-    steps.append((base + row) * BITS + bit)
-    neurons.append(s * c.n_local + col)
-  step = np.concatenate(steps)
-  neuron = np.concatenate(neurons).astype(np.int32)
+  row, col, w = _words(c)
+  bits = (w[:, None] >> np.arange(BITS, dtype=np.uint32)) & 1
+  which, bit = np.nonzero(bits)
+  step = (base + row[which]) * BITS + bit
+  neuron = col[which].astype(np.int32)
   keep = (step >= start) & (step < start + length)
   step, neuron = step[keep], neuron[keep]
   order = np.lexsort((neuron, step))
