@@ -19,7 +19,8 @@ delivery kernel stays as fast as it is): :class:`PlasticSynapses` holds
 
 Per step ``t`` of a block, after the static delivery of that step
 (:meth:`PlasticSynapses.push`): the fired neurons' rows are visited in
-increasing global id, updated with the rule against the post neurons'
+increasing global id, as many rows a pass as their synapses fit in
+:data:`LANES` (no lane spent on padding rows to ``max_degree``), updated with the rule against the post neurons'
 :class:`~brainshard._models.delivery.archive.Archive` (spikes stamped ``t +
 1``), their weights written back in place, and the *delivered* values (the
 new STDP weight; ``x u weight``) scatter-added into the ring buffer at
@@ -51,9 +52,9 @@ from brainshard._models.plasticity.tsodyks2 import Tsodyks2Synapse
 
 __all__ = ["PlasticSynapses", "LANES"]
 
-# Synapses visited per pass (fired rows x max_degree lanes): the batch the
-# rules update at once; more fired neurons take several passes.
-LANES = 4096
+# Synapses visited per pass (the fired rows' synapses, one row after the
+# other): the batch the rules update at once; more take several passes.
+LANES = 2048
 
 
 class PlasticSynapses:
@@ -140,50 +141,61 @@ class PlasticSynapses:
     if self.empty:
       return carried, buf
     n_pre = fired.shape[0]
-    cap = max(1, min(n_pre, LANES // max(index.max_degree, 1)))
+    lanes = max(LANES, index.max_degree)
+    cap = min(n_pre, lanes)
     ids_of = jnp.arange(n_pre, dtype=jnp.int32)
+    deg = jnp.diff(index.indptr)
+
+    def todo(start):
+      return fired & (ids_of >= start)
 
     def one_pass(c):
-      carried, buf, start, left = c
-      ids = first_fired(fired & (ids_of >= start), left, cap, sizes)
-      carried, buf = self._rows(carried, consts, buf, ids, t)
-      return carried, buf, ids[-1] + 1, left - jnp.minimum(left, cap)
+      carried, buf, start = c
+      left = todo(start)
+      # the next fired rows whose synapses fit in the lanes (at least one:
+      # a row has at most max_degree)
+      take = left & (jnp.cumsum(jnp.where(left, deg, 0)) <= lanes)
+      count = jnp.minimum(jnp.sum(take, dtype=jnp.int32), cap)
+      ids = first_fired(take, count, cap, sizes)
+      carried, buf = self._rows(carried, consts, buf, ids, t, lanes)
+      return carried, buf, ids[count - 1] + 1
 
-    left = jnp.sum(fired, dtype=jnp.int32)
-    carried, buf, _, _ = jax.lax.while_loop(
-        lambda c: c[3] > 0, one_pass, (carried, buf, left * 0, left))
+    carried, buf, _ = jax.lax.while_loop(
+        lambda c: jnp.any(todo(c[2])), one_pass,
+        (carried, buf, jnp.sum(fired, dtype=jnp.int32) * 0))
     if self.recorders:
       carried = dict(carried, records=[
           r.sample(v, tbl, carried, fired, k) for r, v, tbl in zip(
               self.recorders, carried["records"], consts["records"])])
     return carried, buf
 
-  def _rows(self, carried, consts, buf, ids, t):
-    """One batch of fired ``ids`` (increasing; ``n_pre`` = none) through
-    the rule, their delivered values added into ``buf``."""
+  def _rows(self, carried, consts, buf, ids, t, lanes):
+    """One batch of fired ``ids`` (increasing; ``n_pre`` = none), their
+    synapses in ``lanes``, through the rule, their delivered values added
+    into ``buf``."""
     index, pre, stamp = consts["index"], carried["pre"], t + 1
     if isinstance(self.rule, Tsodyks2Synapse):
       out = tsodyks2_rows(self.rule, ids, stamp, index, carried["weight"],
-                          pre["u"], pre["x"], pre["t_last"], self.dt)
+                          pre["u"], pre["x"], pre["t_last"], self.dt, lanes)
       carried = dict(carried, pre={"u": out.u, "x": out.x,
                                    "t_last": out.t_last})
     else:
       out = pair_rows(self.rule, ids, stamp, index, carried["weight"],
                       pre["kplus"], pre["t_last"], consts["history"],
-                      consts["tau_minus"], self.dt)
+                      consts["tau_minus"], self.dt, lanes)
       carried = dict(carried, weight=out.weight,
                      pre={"kplus": out.kplus, "t_last": out.t_last},
                      overflow=carried["overflow"] + out.inexact)
-    return carried, _add(buf, index, ids, t, out.delivered)
+    return carried, _add(buf, index, ids, t, out.delivered, lanes)
 
 
 def _add(buf: jax.Array, index: SynapseIndex, ids: jax.Array, t,
-         values: jax.Array) -> jax.Array:
-  """``values [k, D]`` (rows of ``ids``) added into ``buf`` at receptor,
-  slot ``(t + delay) % L``, target; row-major (global presynaptic order),
-  unused lanes dropped."""
+         values: jax.Array, lanes: int) -> jax.Array:
+  """``values [lanes]`` (the synapses of ``ids``' rows, one row after the
+  other) added into ``buf`` at receptor, slot ``(t + delay) % L``, target;
+  in lane order (global presynaptic order), unused lanes dropped."""
   _, length, n_local = buf.shape
-  pos, ok = row_slots(index, ids)
+  pos, ok, _ = row_slots(index, ids, lanes)
   i32 = lambda a: a.astype(jnp.int32)  # noqa: E731
   slot = (jnp.asarray(t, jnp.int32) + i32(index.delay[pos])) % length
   rec = 0 if index.receptor is None else i32(index.receptor[pos])
