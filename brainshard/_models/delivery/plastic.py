@@ -20,12 +20,13 @@ delivery kernel stays as fast as it is): :class:`PlasticSynapses` holds
 Per step ``t`` of a block, after the static delivery of that step
 (:meth:`PlasticSynapses.push`): the fired neurons' rows are visited in
 increasing global id, as many rows a pass as their synapses fit in
-:data:`LANES` (no lane spent on padding rows to ``max_degree``), updated with the rule against the post neurons'
-:class:`~brainshard._models.delivery.archive.Archive` (spikes stamped ``t +
-1``), their weights written back in place, and the *delivered* values (the
-new STDP weight; ``x u weight``) scatter-added into the ring buffer at
-``(receptor, (t + delay) % L, target)``, row by row: each target sums its
-inputs in the same order on any mesh.
+:data:`LANES` (no lane spent on padding rows to ``max_degree``), updated
+with the rule against the post neurons' :class:`~brainshard._models.
+delivery.archive.Archive` (spikes stamped ``t + 1``), their weights
+written back in place, and the *delivered* values (the new STDP weight;
+``x u weight``) scatter-added into the ring buffer at ``(receptor, (t +
+delay) % L, target)``, row by row: each target sums its inputs in the same
+order on any mesh.
 
 Example: see :class:`~brainshard._models.network.network.Network`
 (``synapse_model='stdp_synapse'``) and docs/plasticity.md.
@@ -34,7 +35,7 @@ Example: see :class:`~brainshard._models.network.network.Network`
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -43,7 +44,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from brainshard._core.state.state import (
     LongTermState, ParamState, ShortTermState)
 from brainshard._models.delivery.archive import Archive
-from brainshard._models.delivery.events import EVENT_SIZES, first_fired
+from brainshard._models.delivery.events import fired_ids
 from brainshard._models.delivery.index import SynapseIndex
 from brainshard._models.plasticity.pair_rule import PairRule
 from brainshard._models.plasticity.rows import (
@@ -132,8 +133,7 @@ class PlasticSynapses:
       rec.values.value = v
 
   def push(self, carried: dict, consts: dict, buf: jax.Array,
-           fired: jax.Array, t: Any, k: Any,
-           sizes: Sequence[int] = EVENT_SIZES) -> tuple[dict, jax.Array]:
+           fired: jax.Array, t: Any, k: Any) -> tuple[dict, jax.Array]:
     """Per shard: the synapses of the neurons ``fired [n_pre]`` (step
     ``t``, the block's ``k``-th) updated and delivered into ``buf [R, L,
     n_local]``. Returns the new ``carried`` and ``buf``."""
@@ -142,27 +142,30 @@ class PlasticSynapses:
       return carried, buf
     n_pre = fired.shape[0]
     lanes = max(LANES, index.max_degree)
-    cap = min(n_pre, lanes)
+    # rows a pass may take: twice as many as rows of the mean degree fill
+    # the lanes (the ids' vector is that long, whatever fired)
+    capacity = max(index.post.shape[0], 1)
+    cap = min(n_pre, max(16, 2 * lanes * n_pre // capacity))
     ids_of = jnp.arange(n_pre, dtype=jnp.int32)
-    deg = jnp.diff(index.indptr)
-
-    def todo(start):
-      return fired & (ids_of >= start)
+    indptr = index.indptr
 
     def one_pass(c):
-      carried, buf, start = c
-      left = todo(start)
-      # the next fired rows whose synapses fit in the lanes (at least one:
-      # a row has at most max_degree)
-      take = left & (jnp.cumsum(jnp.where(left, deg, 0)) <= lanes)
-      count = jnp.minimum(jnp.sum(take, dtype=jnp.int32), cap)
-      ids = first_fired(take, count, cap, sizes)
+      carried, buf, start, left = c
+      # one size, not first_fired's chain of sizes: on XLA:CPU each
+      # lax.cond costs about as much as the larger top_k it saves
+      ids = fired_ids(fired & (ids_of >= start), cap)
+      # the first of them whose synapses fit in the lanes (at least one: a
+      # row has at most max_degree)
+      deg = indptr[jnp.minimum(ids + 1, n_pre)] - indptr[ids]
+      m = jnp.sum((jnp.cumsum(deg) <= lanes) & (ids < n_pre),
+                  dtype=jnp.int32)
+      ids = jnp.where(jnp.arange(cap) < m, ids, n_pre)
       carried, buf = self._rows(carried, consts, buf, ids, t, lanes)
-      return carried, buf, ids[count - 1] + 1
+      return carried, buf, ids[m - 1] + 1, left - m
 
-    carried, buf, _ = jax.lax.while_loop(
-        lambda c: jnp.any(todo(c[2])), one_pass,
-        (carried, buf, jnp.sum(fired, dtype=jnp.int32) * 0))
+    left = jnp.sum(fired, dtype=jnp.int32)
+    carried, buf, _, _ = jax.lax.while_loop(
+        lambda c: c[3] > 0, one_pass, (carried, buf, left * 0, left))
     if self.recorders:
       carried = dict(carried, records=[
           r.sample(v, tbl, carried, fired, k) for r, v, tbl in zip(
