@@ -191,7 +191,7 @@ class Delivery:
                   kernel=self.kernel)
       new = []
       for p, c, v in zip(plastic, consts, carried):
-        v, b = p.push(v, c, b, fired[k], t0 + k, k, self.sizes)
+        v, b = p.push(v, c, b, fired[k], t0 + k, k)
         new.append(v)
       return b, new
 

@@ -19,12 +19,14 @@ delivery kernel stays as fast as it is): :class:`PlasticSynapses` holds
 
 Per step ``t`` of a block, after the static delivery of that step
 (:meth:`PlasticSynapses.push`): the fired neurons' rows are visited in
-increasing global id, updated with the rule against the post neurons'
-:class:`~brainshard._models.delivery.archive.Archive` (spikes stamped ``t +
-1``), their weights written back in place, and the *delivered* values (the
-new STDP weight; ``x u weight``) scatter-added into the ring buffer at
-``(receptor, (t + delay) % L, target)``, row by row: each target sums its
-inputs in the same order on any mesh.
+increasing global id, as many rows a pass as their synapses fit in
+:data:`LANES` (no lane spent on padding rows to ``max_degree``), updated
+with the rule against the post neurons' :class:`~brainshard._models.
+delivery.archive.Archive` (spikes stamped ``t + 1``), their weights
+written back in place, and the *delivered* values (the new STDP weight;
+``x u weight``) scatter-added into the ring buffer at ``(receptor, (t +
+delay) % L, target)``, row by row: each target sums its inputs in the same
+order on any mesh.
 
 Example: see :class:`~brainshard._models.network.network.Network`
 (``synapse_model='stdp_synapse'``) and docs/plasticity.md.
@@ -33,7 +35,7 @@ Example: see :class:`~brainshard._models.network.network.Network`
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -42,7 +44,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from brainshard._core.state.state import (
     LongTermState, ParamState, ShortTermState)
 from brainshard._models.delivery.archive import Archive
-from brainshard._models.delivery.events import EVENT_SIZES, first_fired
+from brainshard._models.delivery.events import fired_ids
 from brainshard._models.delivery.index import SynapseIndex
 from brainshard._models.plasticity.pair_rule import PairRule
 from brainshard._models.plasticity.rows import (
@@ -51,9 +53,9 @@ from brainshard._models.plasticity.tsodyks2 import Tsodyks2Synapse
 
 __all__ = ["PlasticSynapses", "LANES"]
 
-# Synapses visited per pass (fired rows x max_degree lanes): the batch the
-# rules update at once; more fired neurons take several passes.
-LANES = 4096
+# Synapses visited per pass (the fired rows' synapses, one row after the
+# other): the batch the rules update at once; more take several passes.
+LANES = 2048
 
 
 class PlasticSynapses:
@@ -131,8 +133,7 @@ class PlasticSynapses:
       rec.values.value = v
 
   def push(self, carried: dict, consts: dict, buf: jax.Array,
-           fired: jax.Array, t: Any, k: Any,
-           sizes: Sequence[int] = EVENT_SIZES) -> tuple[dict, jax.Array]:
+           fired: jax.Array, t: Any, k: Any) -> tuple[dict, jax.Array]:
     """Per shard: the synapses of the neurons ``fired [n_pre]`` (step
     ``t``, the block's ``k``-th) updated and delivered into ``buf [R, L,
     n_local]``. Returns the new ``carried`` and ``buf``."""
@@ -140,14 +141,27 @@ class PlasticSynapses:
     if self.empty:
       return carried, buf
     n_pre = fired.shape[0]
-    cap = max(1, min(n_pre, LANES // max(index.max_degree, 1)))
+    lanes = max(LANES, index.max_degree)
+    # rows a pass may take: twice as many as rows of the mean degree fill
+    # the lanes (the ids' vector is that long, whatever fired)
+    capacity = max(index.post.shape[0], 1)
+    cap = min(n_pre, max(16, 2 * lanes * n_pre // capacity))
     ids_of = jnp.arange(n_pre, dtype=jnp.int32)
+    indptr = index.indptr
 
     def one_pass(c):
       carried, buf, start, left = c
-      ids = first_fired(fired & (ids_of >= start), left, cap, sizes)
-      carried, buf = self._rows(carried, consts, buf, ids, t)
-      return carried, buf, ids[-1] + 1, left - jnp.minimum(left, cap)
+      # one size, not first_fired's chain of sizes: on XLA:CPU each
+      # lax.cond costs about as much as the larger top_k it saves
+      ids = fired_ids(fired & (ids_of >= start), cap)
+      # the first of them whose synapses fit in the lanes (at least one: a
+      # row has at most max_degree)
+      deg = indptr[jnp.minimum(ids + 1, n_pre)] - indptr[ids]
+      m = jnp.sum((jnp.cumsum(deg) <= lanes) & (ids < n_pre),
+                  dtype=jnp.int32)
+      ids = jnp.where(jnp.arange(cap) < m, ids, n_pre)
+      carried, buf = self._rows(carried, consts, buf, ids, t, lanes)
+      return carried, buf, ids[m - 1] + 1, left - m
 
     left = jnp.sum(fired, dtype=jnp.int32)
     carried, buf, _, _ = jax.lax.while_loop(
@@ -158,32 +172,33 @@ class PlasticSynapses:
               self.recorders, carried["records"], consts["records"])])
     return carried, buf
 
-  def _rows(self, carried, consts, buf, ids, t):
-    """One batch of fired ``ids`` (increasing; ``n_pre`` = none) through
-    the rule, their delivered values added into ``buf``."""
+  def _rows(self, carried, consts, buf, ids, t, lanes):
+    """One batch of fired ``ids`` (increasing; ``n_pre`` = none), their
+    synapses in ``lanes``, through the rule, their delivered values added
+    into ``buf``."""
     index, pre, stamp = consts["index"], carried["pre"], t + 1
     if isinstance(self.rule, Tsodyks2Synapse):
       out = tsodyks2_rows(self.rule, ids, stamp, index, carried["weight"],
-                          pre["u"], pre["x"], pre["t_last"], self.dt)
+                          pre["u"], pre["x"], pre["t_last"], self.dt, lanes)
       carried = dict(carried, pre={"u": out.u, "x": out.x,
                                    "t_last": out.t_last})
     else:
       out = pair_rows(self.rule, ids, stamp, index, carried["weight"],
                       pre["kplus"], pre["t_last"], consts["history"],
-                      consts["tau_minus"], self.dt)
+                      consts["tau_minus"], self.dt, lanes)
       carried = dict(carried, weight=out.weight,
                      pre={"kplus": out.kplus, "t_last": out.t_last},
                      overflow=carried["overflow"] + out.inexact)
-    return carried, _add(buf, index, ids, t, out.delivered)
+    return carried, _add(buf, index, ids, t, out.delivered, lanes)
 
 
 def _add(buf: jax.Array, index: SynapseIndex, ids: jax.Array, t,
-         values: jax.Array) -> jax.Array:
-  """``values [k, D]`` (rows of ``ids``) added into ``buf`` at receptor,
-  slot ``(t + delay) % L``, target; row-major (global presynaptic order),
-  unused lanes dropped."""
+         values: jax.Array, lanes: int) -> jax.Array:
+  """``values [lanes]`` (the synapses of ``ids``' rows, one row after the
+  other) added into ``buf`` at receptor, slot ``(t + delay) % L``, target;
+  in lane order (global presynaptic order), unused lanes dropped."""
   _, length, n_local = buf.shape
-  pos, ok = row_slots(index, ids)
+  pos, ok, _ = row_slots(index, ids, lanes)
   i32 = lambda a: a.astype(jnp.int32)  # noqa: E731
   slot = (jnp.asarray(t, jnp.int32) + i32(index.delay[pos])) % length
   rec = 0 if index.receptor is None else i32(index.receptor[pos])

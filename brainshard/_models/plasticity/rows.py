@@ -4,9 +4,10 @@ neurons that fired, updated in place in one shard's CSR.
 A shard holds the synapses onto its neurons, a CSR over global
 presynaptic ids (:class:`~brainshard._models.delivery.index.SynapseIndex`). When the
 neurons ``ids`` fire (stamp ``t``), delivery visits their rows as a batch
-``[k, max_degree]`` of slots; these functions update those synapses with a
-rule, write the new per-synapse values back at their slots, and return
-the amplitude each delivers, ``[k, max_degree]`` (0 in unused lanes), for
+of slots (``[k, max_degree]``, or their synapses one after the other in
+``lanes``); these functions update those synapses with a rule, write the
+new per-synapse values back at their slots, and return the amplitude
+each delivers in the same lanes (0 in unused ones), for
 the ring buffer at ``(receptor, t - 1 + delay, post)`` as delivery adds
 ``index.weight``. The rules' per-presynaptic state (``Kplus``, ``t_last``;
 ``u``, ``x``) is kept per presynaptic neuron, ``[n_pre]`` on every shard:
@@ -18,9 +19,12 @@ Example:
   >>> from brainshard._models.plasticity.rows import row_slots
   >>> idx = index_from_arrays([0, 1, 0], [1, 0, 0], [1., 2., 3.], [1, 1, 2],
   ...                         n=2)
-  >>> pos, ok = row_slots(idx, jnp.array([0, 2]))  # neuron 0, then none
+  >>> pos, ok, _ = row_slots(idx, jnp.array([0, 2]))  # neuron 0, then none
   >>> pos.tolist(), ok.tolist()
   ([[0, 1], [2, 2]], [[True, True], [False, False]])
+  >>> pos, ok, row = row_slots(idx, jnp.array([0, 1]), lanes=4)  # flat
+  >>> pos.tolist(), ok.tolist(), row.tolist()
+  ([0, 1, 2, 2], [True, True, True, False], [0, 0, 1, 1])
 """
 
 from __future__ import annotations
@@ -42,12 +46,31 @@ __all__ = ["row_slots", "PairRows", "pair_rows", "Tsodyks2Rows",
            "tsodyks2_rows"]
 
 
-def row_slots(index: SynapseIndex, ids: jax.Array):
-  """The slots ``pos [k, D]`` (int32, clipped into the index) of the rows
-  of ``ids`` (global presynaptic ids; ``n_pre`` = none) in this shard's
-  block, and ``ok [k, D]``: the lanes that hold a synapse (delivery's
-  :func:`~brainshard._models.delivery.push.row_lanes`)."""
-  return row_lanes(index.indptr, ids, index.max_degree, index.post.shape[0])
+def row_slots(index: SynapseIndex, ids: jax.Array, lanes: int | None = None):
+  """The slots ``pos`` (int32, clipped into the index) of the rows of
+  ``ids`` (global presynaptic ids; ``n_pre`` = none) in this shard's
+  block, ``ok``: the lanes that hold a synapse, and ``row``: each lane's
+  place in ``ids``. Without ``lanes``, ``[k, D]``: the rows padded to
+  ``max_degree`` (delivery's :func:`~brainshard._models.delivery.push.
+  row_lanes`); with ``lanes``, ``[lanes]``: the rows' synapses one after
+  the other (their total must fit), no lane spent on padding."""
+  if lanes is None:
+    pos, ok = row_lanes(index.indptr, ids, index.max_degree,
+                        index.post.shape[0])
+    return pos, ok, jnp.arange(ok.shape[0])[:, None]
+  ids = jnp.asarray(ids, jnp.int32)
+  n_pre, k = index.n_pre, ids.shape[0]
+  start = index.indptr[jnp.minimum(ids, n_pre)]
+  deg = index.indptr[jnp.minimum(ids + 1, n_pre)] - start
+  end = jnp.cumsum(deg)
+  # a lane's row: how many rows end at or before it
+  row = jnp.cumsum(jnp.zeros(lanes + 1, jnp.int32).at[
+      jnp.minimum(end, lanes)].add(1))[:lanes]
+  row = jnp.minimum(row, k - 1)
+  lane = jnp.arange(lanes, dtype=jnp.int32)
+  pos = start[row] + lane - (end[row] - deg[row])
+  return (jnp.clip(pos, 0, max(index.post.shape[0] - 1, 0)),
+          lane < end[-1], row)
 
 
 def _put(array: jax.Array, pos, ok, values) -> jax.Array:
@@ -59,9 +82,9 @@ def _put(array: jax.Array, pos, ok, values) -> jax.Array:
 
 class PairRows(NamedTuple):
   """After :func:`pair_rows`: the weights ``[capacity]``, ``kplus`` and
-  ``t_last`` ``[n_pre]``, the delivered weights ``[k, D]`` and ``inexact``,
-  the count of synapse updates that may have missed a post spike (the
-  post neurons' history was too short)."""
+  ``t_last`` ``[n_pre]``, the delivered weights (:func:`row_slots`' lanes)
+  and ``inexact``, the count of synapse updates that may have missed a
+  post spike (the post neurons' history was too short)."""
 
   weight: jax.Array
   kplus: jax.Array
@@ -71,21 +94,23 @@ class PairRows(NamedTuple):
 
 
 def pair_rows(rule: PairRule, ids, t, index: SynapseIndex, weight, kplus,
-              t_last, hist: PostHistory, tau_minus, dt: float) -> PairRows:
+              t_last, hist: PostHistory, tau_minus, dt: float,
+              lanes: int | None = None) -> PairRows:
   """The synapses of the neurons ``ids`` (fired, stamp ``t`` steps)
   updated by ``rule`` (:func:`~brainshard._models.plasticity.pair_rule.
   pair_update`), in this shard's block: ``weight [capacity]`` per slot,
   ``kplus``, ``t_last`` ``[n_pre]`` per presynaptic neuron, ``hist`` the
   shard's post neurons' history (spikes recorded up to at least ``t - 1``),
-  ``tau_minus`` a number or ``[n_local]``."""
-  pos, ok = row_slots(index, ids)
+  ``tau_minus`` a number or ``[n_local]``; ``lanes``: as
+  :func:`row_slots` (the delivered values ``[lanes]``)."""
+  pos, ok, row = row_slots(index, ids, lanes)
   ids = jnp.asarray(ids, jnp.int32)
   n_pre = kplus.shape[0]
   mine = jnp.minimum(ids, n_pre - 1)
   post = index.post[pos].astype(jnp.int32)
   if jnp.ndim(tau_minus):
     tau_minus = jnp.asarray(tau_minus)[jnp.minimum(post, index.n_local - 1)]
-  k_pre, t_pre = kplus[mine][:, None], t_last[mine][:, None]
+  k_pre, t_pre = kplus[mine][row], t_last[mine][row]
   out = pair_update(rule, weight[pos], k_pre, t_pre, t, index.delay[pos],
                     post, hist, tau_minus, dt)
   new_k = pre_trace(kplus[mine], t_last[mine], t, rule.tau_plus, dt)
@@ -100,7 +125,7 @@ def pair_rows(rule: PairRule, ids, t, index: SynapseIndex, weight, kplus,
 
 class Tsodyks2Rows(NamedTuple):
   """After :func:`tsodyks2_rows`: ``u``, ``x``, ``t_last`` ``[n_pre]`` and
-  the delivered amplitudes ``x u weight`` ``[k, D]``."""
+  the delivered amplitudes ``x u weight`` (:func:`row_slots`' lanes)."""
 
   u: jax.Array
   x: jax.Array
@@ -109,16 +134,18 @@ class Tsodyks2Rows(NamedTuple):
 
 
 def tsodyks2_rows(model: Tsodyks2Synapse, ids, t, index: SynapseIndex,
-                  weight: Any, u, x, t_last, dt: float) -> Tsodyks2Rows:
+                  weight: Any, u, x, t_last, dt: float,
+                  lanes: int | None = None) -> Tsodyks2Rows:
   """The synapses of the neurons ``ids`` (fired, stamp ``t``) through
   ``tsodyks2_synapse``: ``u``, ``x``, ``t_last`` ``[n_pre]`` per
   presynaptic neuron (its synapses share the model's parameters),
-  ``weight [capacity]`` per slot (unchanged)."""
-  pos, ok = row_slots(index, ids)
+  ``weight [capacity]`` per slot (unchanged); ``lanes``: as
+  :func:`row_slots`."""
+  pos, ok, row = row_slots(index, ids, lanes)
   ids = jnp.asarray(ids, jnp.int32)
   mine = jnp.minimum(ids, u.shape[0] - 1)
   out = tsodyks2_update(model, 1.0, u[mine], x[mine], t_last[mine], t, dt)
-  amp = out.amplitude[:, None] * weight[pos]
+  amp = out.amplitude[row] * weight[pos]
   drop = dict(mode="drop")
   return Tsodyks2Rows(u.at[ids].set(out.u, **drop),
                       x.at[ids].set(out.x, **drop),
