@@ -3,12 +3,27 @@ marks the slow docstring examples ``slow``."""
 
 import importlib.util
 import os
+import shutil
+import tempfile
 
 import pytest
 
-# The suite counts compiles: no persistent cache across processes (a test
-# of the cache turns it on in a child process of its own).
+# Never the user's own compilation cache (a test of it turns it on in a child
+# process of its own), but one of the run's: a program that one test compiled
+# (the same network on the same mesh) is loaded by the next, in any worker or
+# child process. Counting tests switch it off around what they count
+# (tests/_util.py, count_compiles): a hit fires no compile event.
 os.environ.setdefault("BRAINSHARD_COMPILATION_CACHE", "0")
+_RUN_CACHE = None
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  _RUN_CACHE = tempfile.mkdtemp(prefix="brainshard-tests-jax-cache-")
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = _RUN_CACHE  # workers inherit it
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
+
+
+def pytest_unconfigure(config):
+  if _RUN_CACHE is not None:  # the process that made it (xdist's controller)
+    shutil.rmtree(_RUN_CACHE, ignore_errors=True)
 
 _FLAG = "--xla_force_host_platform_device_count=8"
 if _FLAG not in os.environ.get("XLA_FLAGS", ""):

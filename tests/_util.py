@@ -8,6 +8,8 @@ import jax
 import jax.monitoring
 from jax.sharding import AxisType, NamedSharding
 
+import brainshard as bs
+
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
 
@@ -30,11 +32,24 @@ class CompileCounter:
 
 
 @contextlib.contextmanager
+def every_program_compiled():
+  """The run's persistent compilation cache (conftest.py) off: a program
+  loaded from it fires no compile event, so a counter would miss it."""
+  folder = bs.compilation_cache()
+  bs.compilation_cache(None)
+  try:
+    yield
+  finally:
+    bs.compilation_cache(folder)
+
+
+@contextlib.contextmanager
 def count_compiles():
   counter = CompileCounter()
   jax.monitoring.register_event_duration_secs_listener(counter._listener)
   try:
-    yield counter
+    with every_program_compiled():
+      yield counter
   finally:
     jax.monitoring.unregister_event_duration_listener(counter._listener)
 

@@ -199,32 +199,28 @@ def test_columns_per_nest_thread_count_and_nests_limit():
   assert quick.repeats == 1 and quick.brunel_duration == 0.1
 
 
+# CUBA's three children: test_cli_times_each_in_its_own_process
 CHILDREN = {"brunel": dict(scale=0.02, regime="AI"),
-            "microcircuit": dict(scale=0.01, k_scale=0.1),
-            "cuba": dict(n=400)}
+            "microcircuit": dict(scale=0.01, k_scale=0.1)}
 
 
 @pytest.mark.slow  # a process each: JAX's import, a build and a compile
 @pytest.mark.parametrize("impl", ["brainshard", "twin", "nest"])
 @pytest.mark.parametrize("workload", sorted(CHILDREN))
-def test_each_child_reports_the_fields(workload, impl, tmp_path):
+def test_each_child_reports_the_fields(workload, impl):
   """At a tiny size, every child runs and reports every figure."""
   spec = dict(CHILDREN[workload], workload=workload, impl=impl,
               duration_ms=20.0, warmup_ms=10.0, threads=1)
   if impl == "nest":
     _nest()
-    if workload == "cuba":  # NEST gets the example's table, exported
-      spec["network"] = str(tmp_path / "cuba.npz")
-      assert "error" not in _nest_children.in_child(dict(
-          impl="export", n=400, network=spec["network"]))
   r = _nest_children.in_child(spec)
   assert "error" not in r, r.get("stderr")
   for key, _, _ in _nest_report.FIGURES:
     assert r[key] is not None and r[key] > 0, key
   assert r["child_cpu_s"] > 0 and r["first_spike_s"] < r["child_wall_s"]
   assert r["jax_imported"] == (impl != "nest")
-  if workload != "microcircuit":  # fixed in-degrees: the same count
-    assert r["n_synapses"] == {"brunel": 250 * 25, "cuba": 400 * 80}[workload]
+  if workload == "brunel":  # fixed in-degrees: the same count
+    assert r["n_synapses"] == 250 * 25
 
 
 @pytest.mark.slow  # ~10 s: a network built and run twice

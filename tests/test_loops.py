@@ -12,6 +12,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import brainshard as bs
+from _util import every_program_compiled
 from conftest import make_mesh
 
 
@@ -25,7 +26,8 @@ def count_compiles():
 
   jax.monitoring.register_event_duration_secs_listener(listener)
   try:
-    yield counts
+    with every_program_compiled():
+      yield counts
   finally:
     jax.monitoring.unregister_event_duration_listener(listener)
 
