@@ -16,7 +16,7 @@ Example:
   >>> bs.compilation_cache(None)               # off
   >>> bs.compilation_cache() is None
   True
-  >>> bs.compilation_cache(folder)             # as before
+  >>> _ = bs.compilation_cache(folder)         # as before
 """
 
 from __future__ import annotations

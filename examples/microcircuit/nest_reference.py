@@ -132,10 +132,36 @@ def main(argv: list[str] | None = None) -> dict:
   parser.add_argument("--warmup", type=float, default=500.0, help="ms before measuring")
   parser.add_argument("--duration", type=float, default=1000.0, help="measured ms")
   parser.add_argument("--threads", type=int, default=None, help="NEST threads (default: cores)")
+  parser.add_argument("--write", type=int, default=0, metavar="SEEDS",
+                      help="run seeds 1..SEEDS and write their rates to "
+                           "nest_reference.json beside this module (the "
+                           "reference tests/test_microcircuit.py compares "
+                           "with)")
   args = parser.parse_args(argv)
+  if args.write:
+    return write_reference(args, range(1, args.write + 1))
   out = run_nest(args.scale, args.k_scale, args.seed, t_presim=args.warmup,
                  t_sim=args.duration, threads=args.threads)
   print(json.dumps(out, indent=1))
+  return out
+
+
+REFERENCE = os.path.join(os.path.dirname(__file__), "nest_reference.json")
+
+
+def write_reference(args, seeds) -> dict:
+  """NEST's per-seed rates of one configuration, written to
+  :data:`REFERENCE` with the configuration and NEST's version."""
+  import nest
+  out = dict(nest=nest.__version__, scale=args.scale, k_scale=args.k_scale,
+             warmup_ms=args.warmup, measured_ms=args.duration,
+             seeds=list(seeds),
+             rates=[run_nest(args.scale, args.k_scale, s,
+                             t_presim=args.warmup, t_sim=args.duration,
+                             threads=args.threads)["rates"] for s in seeds])
+  with open(REFERENCE, "w") as f:
+    json.dump(out, f, indent=1)
+    f.write("\n")
   return out
 
 
