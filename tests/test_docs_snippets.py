@@ -205,6 +205,13 @@ def _network(ns, out):
   assert ns["rates"].shape[0] == ns["sr"].spikes.n
 
 
+def _plasticity(ns, out):
+  assert "events" in out.out
+  assert ns["net"].plasticity_overflow == 0
+  assert ns["hist"].counts[-1].sum() == 40 * 8  # every synapse counted
+  assert ns["w"].max() != ns["w"].min()  # STDP changed the weights
+
+
 # page -> {block: check(ns, captured)}: a block by its position (negative
 # from the end) or by a line of its code, which survives sections added above.
 CHECKS = {
@@ -218,6 +225,7 @@ CHECKS = {
     "docs/models_delivery.md": {0: _models_delivery},
     "docs/multihost.md": {2: _multihost_gather},
     "docs/submesh.md": {0: _submesh},
+    "docs/plasticity.md": {0: _plasticity},
     "docs/training.md": {
         "x, y = jnp.ones((64, 3))": _training_data_parallel},
 }
