@@ -176,7 +176,7 @@ def twin_run(scale: float, k_scale: float, seed: int = 1, chunk: int = 500,
   sources = [_twin.Source(lambda s, a=a, b=b: s[a:b],
                           lambda c, f, a=a: (c, f + a))
              for a, b in (lay.range(name) for name in lay.names)]
-  run = _twin.twin_run(make_step(net), net["state"], args, sources,
-                       chunk=chunk, calls_per_ms=1.0 / dt)
+  run = _twin.TwinRun(make_step(net), net["state"], args, sources,
+                      chunk=chunk, calls_per_ms=1.0 / dt)
   run.net = net
   return build.s, run

@@ -39,7 +39,6 @@ Example (the parts a profile switches off, cumulatively):
 
 from __future__ import annotations
 
-import collections
 
 import jax
 import jax.numpy as jnp
@@ -47,9 +46,9 @@ import numpy as np
 from jax import lax
 from jax.sharding import PartitionSpec as P, SingleDeviceSharding
 
+from benchmarks import _twin
 from benchmarks._microcircuit_twin import plain
 from brainshard._simulation.monitors import spikes as spk
-from brainshard._simulation.runner.chunked import chunk_lengths
 from brainshard._simulation.random.blocks import block_key
 
 __all__ = ["PARTS", "cumulative_parts", "arrays", "make_call",
@@ -223,64 +222,26 @@ def chunk_program(a: dict, call, length: int, replay: bool = False,
   return out if replay else (lambda s, idx, c, i0: out(s, idx, c, i0))
 
 
-class Twin:
+class Twin(_twin.TwinRun):
   """The twin of ``a`` (:func:`arrays`), run in chunks of ``chunk`` calls:
   ``run(ms)`` continues the simulation and returns its spikes as sorted
   ``(steps, neurons)`` events, as the network's recorders record them."""
 
   def __init__(self, a: dict, chunk: int):
-    self.a, self.chunk = a, chunk
-    self.state = a["state"]
-    self.call = make_call(a)
-    self.programs: dict[int, object] = {}
-    self.capacity: list = [None] * len(a["recorders"])
-    self.pos = 0  # the next call's index
-
-  def _dispatch(self, start: int, length: int):
-    if length not in self.programs:
-      self.programs[length] = chunk_program(self.a, self.call, length)
-    self.state, words = self.programs[length](
-        self.state, self.a["index"], self.a["consts"], np.int32(start))
-    comps = [spk.compact(w, self.capacity[k]) for k, w in enumerate(words)]
-    for k, c in enumerate(comps):  # async copies to the host
-      self.capacity[k] = self.capacity[k] or c.capacity
-    return start, length, words, comps
-
-  def _collect(self, start, length, words, comps):  # Recorder._decode
-    every, steps, neurons = self.a["every"], [], []
-    for k, (w, comp) in enumerate(zip(words, comps)):
-      while True:
-        try:
-          s, flat = spk.decode(comp, start, length, start // spk.BITS)
-          break
-        except spk.Overflow as e:
-          self.capacity[k] = spk.grown_capacity(e.needed,
-                                                w.shape[0] * w.shape[1])
-          comp = spk.compact(w, self.capacity[k])
-      flat = np.asarray(flat, np.int64)  # SpikeRecorder.spikes
-      steps.append(np.asarray(s, np.int64) * every + flat % every)
-      neurons.append(flat // every + self.a["recorders"][k][0])
-    return np.concatenate(steps), np.concatenate(neurons)
+    call, every = make_call(a), a["every"]
+    sources = [_twin.Source(
+        lambda spikes, f=f, e=e: _block(spikes, f, e, a["n_padded"]),
+        lambda calls, flat, f=f: (calls * every + flat % every,
+                                  flat // every + f))  # SpikeRecorder.spikes
+               for f, e in a["recorders"]]
+    super().__init__(lambda s, index, consts: call(s, index, consts, None),
+                     a["state"], (a["index"], a["consts"]), sources,
+                     chunk=chunk, calls_per_ms=1.0 / (every * a["dt"]))
+    self.a = a
 
   def run(self, ms: float):
-    calls = int(round(ms / self.a["dt"]))
-    if calls % self.a["every"]:
+    if int(round(ms / self.a["dt"])) % self.a["every"]:
       raise ValueError(f"{ms} ms is not a whole number of exchange "
                        f"intervals ({self.a['every']} steps)")
-    lengths = chunk_lengths(calls // self.a["every"], self.chunk)
-    pending: collections.deque = collections.deque()
-    steps, neurons = [], []
-    end = self.pos + sum(lengths)
-    for length in lengths:
-      pending.append(self._dispatch(self.pos, length))
-      self.pos += length
-      # one chunk ahead (ChunkedLoop.iterate)
-      while len(pending) > 1 or (pending and self.pos == end):
-        s, nn = self._collect(*pending.popleft())
-        steps.append(s)
-        neurons.append(nn)
-    if not steps:
-      return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    steps, neurons = np.concatenate(steps), np.concatenate(neurons)
-    order = np.lexsort((neurons, steps))
-    return steps[order], neurons[order]
+    return self(ms)
+

@@ -3,7 +3,7 @@ as one ``jax.jit`` program, and the run loop that dispatches chunks,
 compacts their spike words with the library's program and decodes them on
 the host, as ``bs.Runner`` records a network's spike recorders.
 
-A twin gives :func:`twin_run` its ``step(state, *args) -> (state, spikes)``
+A twin gives :class:`TwinRun` its ``step(state, *args) -> (state, spikes)``
 (one call: ``spikes`` is what a ``bm.Network`` step returns, ``[n]`` or
 ``[every, n]``), the arrays, and one ``Source`` per recorded word buffer:
 ``take(spikes)`` (the recorded vector) and ``events(calls, flat)`` (the
@@ -14,8 +14,8 @@ neurons)``). Nothing else of brainshard's State machinery: no ``bs.State``,
 Example (one neuron that fires every call):
   >>> import jax.numpy as jnp
   >>> src = Source(lambda s: s, lambda c, f: (c, f))
-  >>> run = twin_run(lambda st, x: (st + x, st >= 0), jnp.zeros(1),
-  ...                (jnp.ones(1),), [src], chunk=4, calls_per_ms=1.0)
+  >>> run = TwinRun(lambda st, x: (st + x, st >= 0), jnp.zeros(1),
+  ...               (jnp.ones(1),), [src], chunk=4, calls_per_ms=1.0)
   >>> steps, neurons = run(6.0)
   >>> steps.tolist(), neurons.tolist()
   ([0, 1, 2, 3, 4, 5], [0, 0, 0, 0, 0, 0])
@@ -35,7 +35,7 @@ from jax.sharding import SingleDeviceSharding
 from brainshard._simulation.monitors import spikes as spk
 from brainshard._simulation.runner.chunked import chunk_lengths
 
-__all__ = ["Source", "chunk_program", "twin_run"]
+__all__ = ["Source", "chunk_program", "TwinRun"]
 
 
 class Source(NamedTuple):
@@ -74,29 +74,34 @@ def chunk_program(step: Callable, sources: list[Source], length: int):
   return jax.jit(chunk, out_shardings=SingleDeviceSharding(jax.devices()[0]))
 
 
-def twin_run(step: Callable, state, args: tuple, sources: list[Source], *,
-             chunk: int, calls_per_ms: float):
+class TwinRun:
   """``run(ms) -> (steps, neurons)``: each call continues the simulation
   by ``ms`` (a whole number of calls) and returns its spikes as sorted
-  global (step, neuron) events; ``run.programs`` holds the chunk programs
-  by length. One chunk is dispatched ahead (``ChunkedLoop.iterate``) and
-  each buffer compacted right after its dispatch (``Recorder.dispatch``),
-  with the Recorder's capacity growth."""
-  state = [state]
-  programs: dict[int, object] = {}
-  capacity: list = [None] * len(sources)  # the Recorder's, kept between runs
-  pos = [0]
+  global (step, neuron) events. One chunk is dispatched ahead
+  (``ChunkedLoop.iterate``) and each buffer compacted right after its
+  dispatch (``Recorder.dispatch``), with the Recorder's capacity growth.
+  ``state`` is the state after the last call, ``pos`` the next call's
+  index, ``programs`` the chunk programs by length."""
 
-  def dispatch(start: int, length: int):
-    if length not in programs:
-      programs[length] = chunk_program(step, sources, length)
-    state[0], words = programs[length](state[0], args, np.int32(start))
-    comps = [spk.compact(w, capacity[k]) for k, w in enumerate(words)]
+  def __init__(self, step: Callable, state, args: tuple,
+               sources: list[Source], *, chunk: int, calls_per_ms: float):
+    self.step, self.state, self.args, self.sources = step, state, args, sources
+    self.chunk, self.calls_per_ms = chunk, calls_per_ms
+    self.programs: dict[int, object] = {}
+    self.capacity: list = [None] * len(sources)  # kept between runs
+    self.pos = 0
+
+  def _dispatch(self, start: int, length: int):
+    if length not in self.programs:
+      self.programs[length] = chunk_program(self.step, self.sources, length)
+    self.state, words = self.programs[length](self.state, self.args,
+                                              np.int32(start))
+    comps = [spk.compact(w, self.capacity[k]) for k, w in enumerate(words)]
     for k, c in enumerate(comps):  # async copies to the host
-      capacity[k] = capacity[k] or c.capacity
+      self.capacity[k] = self.capacity[k] or c.capacity
     return start, length, words, comps
 
-  def collect(start, length, words, comps):  # Recorder._decode, per buffer
+  def _collect(self, start, length, words, comps):  # Recorder._decode
     steps, neurons = [], []
     for k, (w, comp) in enumerate(zip(words, comps)):
       while True:
@@ -104,26 +109,27 @@ def twin_run(step: Callable, state, args: tuple, sources: list[Source], *,
           c, f = spk.decode(comp, start, length, start // spk.BITS)
           break
         except spk.Overflow as e:
-          capacity[k] = spk.grown_capacity(e.needed, w.shape[0] * w.shape[1])
-          comp = spk.compact(w, capacity[k])
-      s, nn = sources[k].events(np.asarray(c, np.int64),
-                                np.asarray(f, np.int64))
+          self.capacity[k] = spk.grown_capacity(e.needed,
+                                                w.shape[0] * w.shape[1])
+          comp = spk.compact(w, self.capacity[k])
+      s, nn = self.sources[k].events(np.asarray(c, np.int64),
+                                     np.asarray(f, np.int64))
       steps.append(s)
       neurons.append(nn)
     return np.concatenate(steps), np.concatenate(neurons)
 
-  def run(ms: float):
+  def __call__(self, ms: float):
     pending: collections.deque = collections.deque()
     steps, neurons = [], []
-    lengths = chunk_lengths(int(round(ms * calls_per_ms)), chunk)
-    end = pos[0] + sum(lengths)
+    lengths = chunk_lengths(int(round(ms * self.calls_per_ms)), self.chunk)
+    end = self.pos + sum(lengths)
     for length in lengths:
-      pending.append(dispatch(pos[0], length))
-      pos[0] += length
+      pending.append(self._dispatch(self.pos, length))
+      self.pos += length
       # One chunk ahead (ChunkedLoop.iterate): chunk k is decoded once
       # chunk k + 1 is dispatched.
-      while len(pending) > 1 or (pending and pos[0] == end):
-        s, nn = collect(*pending.popleft())
+      while len(pending) > 1 or (pending and self.pos == end):
+        s, nn = self._collect(*pending.popleft())
         steps.append(s)
         neurons.append(nn)
     if not steps:
@@ -131,6 +137,3 @@ def twin_run(step: Callable, state, args: tuple, sources: list[Source], *,
     steps, neurons = np.concatenate(steps), np.concatenate(neurons)
     order = np.lexsort((neurons, steps))
     return steps[order], neurons[order].astype(np.int32)
-
-  run.programs, run.state = programs, state
-  return run
