@@ -77,10 +77,7 @@ def import_nest():
   was not imported before in this process)."""
   os.environ.setdefault("OMP_WAIT_POLICY", "passive")
   import nest  # pylint: disable=import-outside-toplevel
-  if hasattr(nest, "VerbosityLevel"):  # NEST >= 3.9
-    nest.verbosity = nest.VerbosityLevel.ERROR
-  else:
-    nest.verbosity = nest.VerbosityLevel.ERROR
+  nest.verbosity = nest.VerbosityLevel.ERROR
   return nest
 
 

@@ -71,10 +71,7 @@ def run_nest(regime: str, scale: float, seed: int, *, warmup: float,
   import nest
   import numpy as np
   from examples.brunel.model import add_brunel
-  if hasattr(nest, "VerbosityLevel"):   # NEST >= 3.9
-    nest.verbosity = nest.VerbosityLevel.ERROR
-  else:
-    nest.verbosity = nest.VerbosityLevel.ERROR
+  nest.verbosity = nest.VerbosityLevel.ERROR
   nest.ResetKernel()
   nest.set(resolution=dt, rng_seed=int(seed), local_num_threads=threads,
            print_time=False)

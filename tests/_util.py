@@ -1,5 +1,5 @@
-"""Helpers shared by the test files: cached meshes, a compile counter and a
-check of where a State's value lives."""
+"""Helpers shared by the test files: cached meshes, a compile counter, a
+check of where a State's value lives and NEST's kernel reset."""
 
 import contextlib
 import functools
@@ -29,6 +29,13 @@ class CompileCounter:
   def _listener(self, event, duration, **kwargs):
     if event == _COMPILE_EVENT:
       self.count += 1
+
+
+def reset_nest(nest, resolution: float) -> None:
+  """NEST's kernel reset at ``resolution`` ms, printing only errors."""
+  nest.verbosity = nest.VerbosityLevel.ERROR
+  nest.ResetKernel()
+  nest.resolution = resolution
 
 
 @contextlib.contextmanager

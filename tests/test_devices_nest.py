@@ -34,6 +34,8 @@ import jax.numpy as jnp
 from brainshard._models.devices import DEVICES, NoiseGenerator, PoissonGenerator
 from brainshard._models.neurons import IafPscExp
 
+from _util import reset_nest
+
 DT = 0.1
 Z = 4.5          # standard errors a statistic may stray
 V_TOL = 1e-9     # mV
@@ -43,12 +45,7 @@ def fresh_nest(seed=1):
   """NEST, reset, at resolution DT (the test skips where it is missing)."""
   os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # NEST's threads spin
   nest = pytest.importorskip("nest")
-  if hasattr(nest, "VerbosityLevel"):
-    nest.verbosity = nest.VerbosityLevel.ERROR
-  else:
-    nest.verbosity = nest.VerbosityLevel.ERROR
-  nest.ResetKernel()
-  nest.resolution = DT
+  reset_nest(nest, DT)
   nest.rng_seed = seed
   return nest
 

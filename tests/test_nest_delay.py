@@ -31,6 +31,8 @@ from brainshard._models.delays import delay_steps  # noqa: E402
 from brainshard._models.delivery.from_arrays import index_from_arrays  # noqa: E402
 from brainshard._models.delivery.delivery import Delivery  # noqa: E402
 
+from _util import reset_nest  # noqa: E402
+
 DT, T_SIM = 0.1, 60.0
 # NEST's iaf_psc_exp defaults, I_e = 500 pA on the driver.
 C, TAU, TAU_SYN, T_REF = 250.0, 10.0, 2.0, 2.0
@@ -41,12 +43,7 @@ I_E = [500.0, 0.0, 0.0, 0.0, 0.0]
 
 
 def run_nest():
-  if hasattr(nest, "VerbosityLevel"):
-    nest.verbosity = nest.VerbosityLevel.ERROR
-  else:
-    nest.verbosity = nest.VerbosityLevel.ERROR
-  nest.ResetKernel()
-  nest.resolution = DT
+  reset_nest(nest, DT)
   nrn = nest.Create("iaf_psc_exp", 5)
   nrn.set(I_e=I_E)
   for k, (d, w) in enumerate(zip(DELAYS, WEIGHTS)):

@@ -24,6 +24,7 @@ import jax.numpy as jnp  # noqa: E402
 from brainshard import models as bm  # noqa: E402
 
 from conftest import make_mesh  # noqa: E402
+from _util import reset_nest  # noqa: E402
 
 T = 60.0
 EXP = {"I_e": [0.0, 200.0, 380.0], "tau_syn_in": 4.0}
@@ -61,9 +62,7 @@ def script(create, connect):
 
 
 def run_nest():
-  nest.verbosity = nest.VerbosityLevel.ERROR
-  nest.ResetKernel()
-  nest.resolution = 0.1
+  reset_nest(nest, 0.1)
   nest.rng_seed = 1
 
   def create(model, n, params):

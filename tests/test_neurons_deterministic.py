@@ -38,6 +38,8 @@ from jax.sharding import AxisType, PartitionSpec as P
 from brainshard._models.neurons import (
     MODELS, IafPscAlpha, IafPscDelta, IafPscExp, Izhikevich)
 
+from _util import reset_nest
+
 DT, STEPS = 0.1, 10_000          # 1 s
 V_TOL = 1e-9                     # mV
 
@@ -53,12 +55,7 @@ def fresh_nest():
   """NEST, reset, at resolution DT (the test skips where it is missing)."""
   os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # NEST's threads spin
   nest = pytest.importorskip("nest")
-  if hasattr(nest, "VerbosityLevel"):
-    nest.verbosity = nest.VerbosityLevel.ERROR
-  else:
-    nest.verbosity = nest.VerbosityLevel.ERROR
-  nest.ResetKernel()
-  nest.resolution = DT
+  reset_nest(nest, DT)
   return nest
 
 

@@ -42,6 +42,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from brainshard._models.neurons import (
     AeifCondExp, HhPscAlpha, IafCondAlpha, IafCondExp)
 
+from _util import reset_nest
+
 DT, T, DELAY = 0.1, 1000.0, 1.0
 N_STEPS = int(round(T / DT))
 _RNG = np.random.default_rng(0)
@@ -79,12 +81,7 @@ def _nest_run(name, params, w_ex, w_in, record):
   """NEST's spike times and multimeter events for one neuron."""
   os.environ.setdefault("OMP_WAIT_POLICY", "passive")
   nest = pytest.importorskip("nest")
-  if hasattr(nest, "VerbosityLevel"):
-    nest.verbosity = nest.VerbosityLevel.ERROR
-  else:
-    nest.verbosity = nest.VerbosityLevel.ERROR
-  nest.ResetKernel()
-  nest.resolution = DT
+  reset_nest(nest, DT)
   nrn = nest.Create(name, params=params)
   for times, w in ((EX_TIMES, w_ex), (IN_TIMES, w_in)):
     gen = nest.Create("spike_generator", params={"spike_times": times})

@@ -35,6 +35,7 @@ import jax.numpy as jnp  # noqa: E402
 from brainshard import models as bm  # noqa: E402
 
 from conftest import make_mesh  # noqa: E402
+from _util import reset_nest  # noqa: E402
 
 DT, T = 0.1, 1000.0
 N_PRE, N_POST, N_DELTA = 4, 3, 2
@@ -91,12 +92,7 @@ def script(create, connect, plastic):
 
 
 def run_nest():
-  if hasattr(nest, "VerbosityLevel"):
-    nest.verbosity = nest.VerbosityLevel.ERROR
-  else:
-    nest.verbosity = nest.VerbosityLevel.ERROR
-  nest.ResetKernel()
-  nest.resolution = DT
+  reset_nest(nest, DT)
   copies = {}
 
   def create(model, n, params):

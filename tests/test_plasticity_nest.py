@@ -32,6 +32,8 @@ from brainshard._models.delivery.from_arrays import index_from_arrays  # noqa: E
 from brainshard._models.plasticity import (  # noqa: E402
     history, rows, stdp, tsodyks2)
 
+from _util import reset_nest  # noqa: E402
+
 post_history, record = history.post_history, history.record
 pair_rows, tsodyks2_rows = rows.pair_rows, rows.tsodyks2_rows
 StdpSynapse, Tsodyks2Synapse = stdp.StdpSynapse, tsodyks2.Tsodyks2Synapse
@@ -42,12 +44,7 @@ RTOL = 1e-9
 
 
 def _quiet_reset():
-  if hasattr(nest, "VerbosityLevel"):
-    nest.verbosity = nest.VerbosityLevel.ERROR
-  else:
-    nest.verbosity = nest.VerbosityLevel.ERROR
-  nest.ResetKernel()
-  nest.resolution = DT
+  reset_nest(nest, DT)
 
 
 def poisson_steps(rate_hz, seed, t_ms=T_MS - 50.0, gap=1):

@@ -89,10 +89,7 @@ def run_nest(n_scale: float = 0.1, k_scale: float = 0.1, seed: int = 1, *,
   measured over ``[t_presim, t_presim + t_sim)`` ms."""
   os.environ.setdefault("OMP_WAIT_POLICY", "passive")
   import nest  # pylint: disable=import-outside-toplevel
-  if hasattr(nest, "VerbosityLevel"):   # NEST >= 3.9
-    nest.verbosity = nest.VerbosityLevel.ERROR
-  else:
-    nest.verbosity = nest.VerbosityLevel.ERROR
+  nest.verbosity = nest.VerbosityLevel.ERROR
   nest.ResetKernel()
   nest.set(resolution=dt, rng_seed=int(seed), print_time=False,
            local_num_threads=threads or len(os.sched_getaffinity(0)))
