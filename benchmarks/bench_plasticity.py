@@ -15,23 +15,22 @@ issue's goal: at most 1.5x).
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
+from benchmarks._harness import clock
+from benchmarks._harness.devices import fake_devices
+from benchmarks._harness.options import parser
+
 
 def parse_args(argv=None) -> argparse.Namespace:
-  p = argparse.ArgumentParser(prog="python -m benchmarks plasticity",
-                              description=__doc__.splitlines()[0])
+  p = parser(__doc__, prog="python -m benchmarks plasticity", repeats=5)
   p.add_argument("--neurons", type=int, default=4000,
                  help="neurons in all (default: %(default)s)")
   p.add_argument("--indegree", type=int, default=100,
                  help="synapses onto each neuron (default: %(default)s)")
   p.add_argument("--duration", type=float, default=0.2, metavar="S",
                  help="simulated seconds per timed run (default: %(default)s)")
-  p.add_argument("--repeats", type=int, default=5,
-                 help="timed runs of each variant, interleaved "
-                      "(default: %(default)s)")
   p.add_argument("--devices", type=int, default=1,
                  help="devices of the mesh (default: %(default)s)")
   return p.parse_args(argv)
@@ -67,27 +66,23 @@ def network(args, plastic: bool):
 
 def main(argv=None) -> None:
   args = parse_args(argv)
-  import jax
-  if args.devices > 1 and jax.config.jax_platforms in (None, "", "cpu"):
-    try:
-      jax.config.update("jax_num_cpu_devices", args.devices)
-    except RuntimeError:
-      pass
+  if args.devices > 1:
+    fake_devices(args.devices)  # before JAX starts (network() imports it)
   ms = args.duration * 1000.0
   nets = {}
   for name, plastic in (("static", False), ("stdp", True)):
     net, sr = network(args, plastic)
-    t0 = time.perf_counter()
-    net.compile(ms)
-    net.simulate(ms)  # warm: the first run places the States
+    with clock() as build:
+      net.compile(ms)
+      net.simulate(ms)  # warm: the first run places the States
     nets[name] = (net, sr)
-    print(f"{name}: built and compiled in {time.perf_counter() - t0:.1f} s")
+    print(f"{name}: built and compiled in {build.s:.1f} s")
   times: dict[str, list[float]] = {"static": [], "stdp": []}
   for _ in range(args.repeats):
     for name, (net, _) in nets.items():
-      t0 = time.perf_counter()
-      net.simulate(ms)
-      times[name].append(time.perf_counter() - t0)
+      with clock() as run:
+        net.simulate(ms)
+      times[name].append(run.s)
   steps = ms / 0.1
   med = {k: float(np.median(v)) for k, v in times.items()}
   for name, (net, sr) in nets.items():
