@@ -1,7 +1,6 @@
 """Stateful loops: for_loop, scan and while_loop, eagerly, under bs.jit and
 nested with bs.shard_map in both directions."""
 
-import contextlib
 import gc
 import weakref
 
@@ -12,24 +11,8 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import brainshard as bs
-from _util import every_program_compiled
+from _util import count_compiles
 from conftest import make_mesh
-
-
-@contextlib.contextmanager
-def count_compiles():
-  counts = []
-
-  def listener(event, duration, **kwargs):
-    if event == "/jax/core/compile/backend_compile_duration":
-      counts.append(1)
-
-  jax.monitoring.register_event_duration_secs_listener(listener)
-  try:
-    with every_program_compiled():
-      yield counts
-  finally:
-    jax.monitoring.unregister_event_duration_listener(listener)
 
 
 class Leaky:
@@ -92,7 +75,7 @@ def test_for_loop_eager_repeated_calls_do_not_retrace_or_recompile():
   with count_compiles() as compiles:
     for _ in range(3):
       out = bs.for_loop(step, jnp.ones(4))
-  assert len(traces) == n and not compiles
+  assert len(traces) == n and compiles.count == 0
   np.testing.assert_array_equal(out, [13.0, 14.0, 15.0, 16.0])
   np.testing.assert_array_equal(s.value, np.full(3, 16.0))
   bs.for_loop(step, jnp.ones(5))  # a new length is a new signature
@@ -419,7 +402,7 @@ def test_loop_of_sharded_states_keeps_placement_and_compiles_once():
   run(jnp.ones(3))
   with count_compiles() as compiles:
     run(jnp.ones(3))
-  assert not compiles
+  assert compiles.count == 0
   assert v.value.sharding.spec == P("x")
   np.testing.assert_array_equal(v.value, np.full(16, 6.0))
 
