@@ -18,6 +18,7 @@ block inside ``shard_map``) and what a write must look like
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Sequence
 
 import jax
@@ -33,17 +34,15 @@ __all__ = ["Frame", "ReplayFrame", "replay", "union", "gather_values",
            "write_results", "current_signature", "manual_axes"]
 
 
+@dataclasses.dataclass(slots=True, eq=False)
 class _Slot:
   """What one frame knows about one State."""
-  __slots__ = ("state", "value", "sig", "is_input", "written", "created")
-
-  def __init__(self, state, value, sig, *, is_input=False, created=False):
-    self.state = state
-    self.value = value
-    self.sig = sig
-    self.is_input = is_input
-    self.written = False
-    self.created = created
+  state: State
+  value: Any
+  sig: Signature
+  is_input: bool = dataclasses.field(default=False, kw_only=True)
+  created: bool = dataclasses.field(default=False, kw_only=True)
+  written: bool = dataclasses.field(default=False, init=False)
 
 
 class Frame:

@@ -16,13 +16,8 @@ the step goes on from there. Then this step's spike input is added. Two
 spikes in one step are possible in NEST; here the step reports one.
 
 Example:
-  >>> import jax, jax.numpy as jnp
   >>> from brainshard._models.neurons.aeif import AeifCondExp
-  >>> model = AeifCondExp(I_e=1000.0)
-  >>> c = model.constants(model.params, 0.1)
-  >>> def step(state, _):
-  ...   return model.update(c, state, jnp.zeros((2, 1)), jnp.zeros(1))
-  >>> state, spikes = jax.lax.scan(step, model.init_state(1), length=1000)
+  >>> state, spikes = AeifCondExp(I_e=1000.0).simulate(1000)  # 100 ms
   >>> int(spikes.sum()), float(state['w'][0]) > 0   # adapted: +b each spike
   (6, True)
 """
@@ -36,8 +31,7 @@ from typing import Any, Mapping
 import jax.numpy as jnp
 import numpy as np
 
-from brainshard._models.neurons.ode_neuron import (
-    OdeNeuron, checked_dt, nest_steps, on_dtype)
+from brainshard._models.neurons.ode_neuron import OdeNeuron
 from brainshard._models.neurons.odeint import rkf45
 
 __all__ = ["aeif_cond_exp"]
@@ -79,19 +73,13 @@ class AeifCondExp(OdeNeuron):
        "The gsl_error_tol must be strictly positive."))
 
   def constants(self, params: Mapping[str, Any], dt: float) -> dict:
-    dt = checked_dt(self.nest_name, dt)
-    c = {k: params[k] for k in self.defaults if k != "t_ref"}
-    c["dt"] = dt
-    c["ref_steps"] = nest_steps(params["t_ref"], dt)
+    c = super().constants(params, dt)
     # the spike test: V_peak, or V_th for an iaf neuron (Delta_T == 0)
     c["V_spike"] = np.where(np.asarray(params["Delta_T"]) > 0,
                             params["V_peak"], params["V_th"])
     return c
 
   def step(self, c, state, inputs, currents):
-    dtype = state["V_m"].dtype
-    c = on_dtype(c, dtype)
-    inputs = jnp.asarray(inputs, dtype)
     i_stim = state["I_stim"]
     # Delta_T == 0 has no exponential; a safe divisor keeps exp() finite
     iaf = c["Delta_T"] == 0
@@ -134,4 +122,4 @@ class AeifCondExp(OdeNeuron):
     r = jnp.where(r > 0, r - 1, r)
     return {"V_m": v, "g_ex": g_ex + inputs[0], "g_in": g_in - inputs[1],
             "w": w, "r": r, "IntegrationStep": h,
-            "I_stim": jnp.asarray(currents, dtype)}, count > 0
+            "I_stim": currents}, count > 0

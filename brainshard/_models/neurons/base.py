@@ -54,6 +54,7 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar, Mapping
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -149,6 +150,23 @@ class NeuronModel:
       kind = np.int32 if name in self.counters else np.dtype(dtype)
       out[name] = np.broadcast_to(np.asarray(value, kind), (n,)).copy()
     return out
+
+  def simulate(self, steps: int, dt: float = 0.1,
+               n: int | None = None) -> tuple[dict, Any]:
+    """``n`` unconnected neurons of this model, ``steps`` steps of ``dt``
+    ms, with no input but their ``I_e``: ``(final state, spikes bool
+    [steps, n])``. ``n`` defaults to the length of the per-neuron
+    parameters (1 if none is): a model's f-I curve in one call."""
+    if n is None:
+      n = max([np.size(v) for v in self.params.values()])
+    c = self.constants(self.params, dt)
+    inputs = jnp.zeros((self.n_receptors, n))
+    currents = jnp.zeros(n)
+
+    def step(state, _):
+      return self.update(c, state, inputs, currents)
+
+    return jax.lax.scan(step, self.init_state(n), length=steps)
 
   def validate(self, params: Mapping[str, Any]) -> None:
     """Raise ``ValueError`` naming the parameter where NEST would refuse

@@ -18,13 +18,8 @@ the gates at their equilibrium there. The currents carry NEST's
 recordables' names, ``I_syn_ex`` and ``I_syn_in``.
 
 Example:
-  >>> import jax, jax.numpy as jnp
   >>> from brainshard._models.neurons.hh import HhPscAlpha
-  >>> model = HhPscAlpha(I_e=1000.0)
-  >>> c = model.constants(model.params, 0.1)
-  >>> def step(state, _):
-  ...   return model.update(c, state, jnp.zeros((2, 1)), jnp.zeros(1))
-  >>> state, spikes = jax.lax.scan(step, model.init_state(1), length=1000)
+  >>> _, spikes = HhPscAlpha(I_e=1000.0).simulate(1000)
   >>> int(spikes.sum())                            # in 100 ms
   7
 """
@@ -37,8 +32,7 @@ from typing import Any, Mapping
 import jax.numpy as jnp
 import numpy as np
 
-from brainshard._models.neurons.ode_neuron import (
-    OdeNeuron, checked_dt, nest_steps, on_dtype)
+from brainshard._models.neurons.ode_neuron import OdeNeuron
 from brainshard._models.neurons.odeint import rkf45
 
 __all__ = ["hh_psc_alpha", "gate_rates"]
@@ -86,18 +80,12 @@ class HhPscAlpha(OdeNeuron):
        "All conductances must be non-negative."))
 
   def constants(self, params: Mapping[str, Any], dt: float) -> dict:
-    dt = checked_dt(self.nest_name, dt)
-    c = {k: params[k] for k in self.defaults if k != "t_ref"}
-    c["dt"] = dt
-    c["ref_steps"] = nest_steps(params["t_ref"], dt)
+    c = super().constants(params, dt)
     c["ex_init"] = math.e / np.asarray(params["tau_syn_ex"])  # PSCurrInit_E
     c["in_init"] = math.e / np.asarray(params["tau_syn_in"])
     return c
 
   def step(self, c, state, inputs, currents):
-    dtype = state["V_m"].dtype
-    c = on_dtype(c, dtype)
-    inputs = jnp.asarray(inputs, dtype)
     i_stim = state["I_stim"]
 
     def f(y, aux):  # NEST's hh_psc_alpha_dynamics
@@ -129,5 +117,5 @@ class HhPscAlpha(OdeNeuron):
     out["r"] = jnp.where(refr, state["r"] - 1,
                          jnp.where(spikes, c["ref_steps"], state["r"]))
     out["IntegrationStep"] = h
-    out["I_stim"] = jnp.asarray(currents, dtype)
+    out["I_stim"] = currents
     return out, spikes

@@ -17,13 +17,8 @@ threshold test, ``iaf_cond_alpha`` after it; ``V_m >= V_th`` spikes,
 resets to ``V_reset`` and holds there for ``t_ref``.
 
 Example:
-  >>> import jax, jax.numpy as jnp
   >>> from brainshard._models.neurons.iaf_cond import IafCondExp
-  >>> model = IafCondExp(I_e=400.0)             # 400 pA: regular firing
-  >>> c = model.constants(model.params, 0.1)
-  >>> def step(state, _):
-  ...   return model.update(c, state, jnp.zeros((2, 1)), jnp.zeros(1))
-  >>> state, spikes = jax.lax.scan(step, model.init_state(1), length=1000)
+  >>> state, spikes = IafCondExp(I_e=400.0).simulate(1000)  # regular firing
   >>> int(spikes.sum()), float(state['V_m'][0]) < -55.0   # in 100 ms
   (10, True)
 """
@@ -35,8 +30,7 @@ from typing import Any, Mapping
 
 import jax.numpy as jnp
 
-from brainshard._models.neurons.ode_neuron import (
-    OdeNeuron, checked_dt, nest_steps, on_dtype)
+from brainshard._models.neurons.ode_neuron import OdeNeuron
 from brainshard._models.neurons.odeint import rkf45
 
 __all__ = ["iaf_cond_exp", "iaf_cond_alpha"]
@@ -69,13 +63,21 @@ class _IafCond(OdeNeuron):
   checks = _CHECKS
 
   def constants(self, params: Mapping[str, Any], dt: float) -> dict:
-    dt = checked_dt(self.nest_name, dt)
-    c = {k: params[k] for k in self.defaults if k != "t_ref"}
-    c["dt"] = dt
-    c["ref_steps"] = nest_steps(params["t_ref"], dt)
+    c = super().constants(params, dt)
     c["ge_init"] = math.e / params["tau_syn_ex"]  # alpha only: PSConInit_E
     c["gi_init"] = math.e / params["tau_syn_in"]
     return c
+
+  @staticmethod
+  def _dv(c, refr, i_stim, v, g_ex, g_in):
+    """NEST's ``dV_m/dt`` of both models: ``V_m`` read as ``V_reset`` while
+    refractory (where it does not move) and as at most ``V_th``."""
+    v = jnp.where(refr, c["V_reset"], jnp.minimum(v, c["V_th"]))
+    i_ex = g_ex * (v - c["E_ex"])
+    i_in = g_in * (v - c["E_in"])
+    i_l = c["g_L"] * (v - c["E_L"])
+    dv = (-i_l + i_stim + c["I_e"] - i_ex - i_in) / c["C_m"]
+    return jnp.where(refr, 0.0, dv)
 
   def _refractory(self, c, state, v):
     """NEST's refractory/threshold block: ``(V_m, r, spikes)``."""
@@ -93,18 +95,11 @@ class IafCondExp(_IafCond):
   initial = {"V_m": "E_L", "g_ex": 0.0, "g_in": 0.0, **OdeNeuron.carried}
 
   def step(self, c, state, inputs, currents):
-    c = on_dtype(c, state["V_m"].dtype)
-    inputs = jnp.asarray(inputs, state["V_m"].dtype)
     refr = state["r"] > 0
     i_stim = state["I_stim"]
 
     def f(y, aux):  # NEST's iaf_cond_exp_dynamics
-      v = jnp.where(refr, c["V_reset"], jnp.minimum(y[0], c["V_th"]))
-      i_ex = y[1] * (v - c["E_ex"])
-      i_in = y[2] * (v - c["E_in"])
-      i_l = c["g_L"] * (v - c["E_L"])
-      dv = (-i_l + i_stim + c["I_e"] - i_ex - i_in) / c["C_m"]
-      return (jnp.where(refr, 0.0, dv), -y[1] / c["tau_syn_ex"],
+      return (self._dv(c, refr, i_stim, *y), -y[1] / c["tau_syn_ex"],
               -y[2] / c["tau_syn_in"])
 
     y = (state["V_m"], state["g_ex"], state["g_in"])
@@ -114,7 +109,7 @@ class IafCondExp(_IafCond):
     g_in = g_in - inputs[1]  # inputs[1] sums negative weights: NEST adds -w
     v, r, spikes = self._refractory(c, state, v)
     return {"V_m": v, "g_ex": g_ex, "g_in": g_in, "r": r, "IntegrationStep": h,
-            "I_stim": jnp.asarray(currents, v.dtype)}, spikes
+            "I_stim": currents}, spikes
 
 
 class IafCondAlpha(_IafCond):
@@ -126,18 +121,11 @@ class IafCondAlpha(_IafCond):
              "g_in": 0.0, **OdeNeuron.carried}
 
   def step(self, c, state, inputs, currents):
-    c = on_dtype(c, state["V_m"].dtype)
-    inputs = jnp.asarray(inputs, state["V_m"].dtype)
     refr = state["r"] > 0
     i_stim = state["I_stim"]
 
     def f(y, aux):  # NEST's iaf_cond_alpha_dynamics
-      v = jnp.where(refr, c["V_reset"], jnp.minimum(y[0], c["V_th"]))
-      i_ex = y[2] * (v - c["E_ex"])
-      i_in = y[4] * (v - c["E_in"])
-      i_leak = c["g_L"] * (v - c["E_L"])
-      dv = (-i_leak - i_ex - i_in + i_stim + c["I_e"]) / c["C_m"]
-      return (jnp.where(refr, 0.0, dv),
+      return (self._dv(c, refr, i_stim, y[0], y[2], y[4]),
               -y[1] / c["tau_syn_ex"], y[1] - y[2] / c["tau_syn_ex"],
               -y[3] / c["tau_syn_in"], y[3] - y[4] / c["tau_syn_in"])
 
@@ -149,4 +137,4 @@ class IafCondAlpha(_IafCond):
     dg_in = dg_in - inputs[1] * c["gi_init"]
     return {"V_m": v, "dg_ex": dg_ex, "g_ex": g_ex, "dg_in": dg_in,
             "g_in": g_in, "r": r, "IntegrationStep": h,
-            "I_stim": jnp.asarray(currents, v.dtype)}, spikes
+            "I_stim": currents}, spikes

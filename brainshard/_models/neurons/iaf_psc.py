@@ -21,16 +21,9 @@ so ``V_m`` stays within ~5e-13 mV of NEST's. NEST's stochastic threshold
 ``iaf_psc_exp``'s current receptor 1 are not implemented.
 
 Example:
-  >>> import jax, numpy as np
   >>> from brainshard._models.neurons.iaf_psc import IafPscExp
-  >>> model = IafPscExp(I_e=[0.0, 376.0, 1000.0])
-  >>> c = model.constants(model.params, 0.1)
-  >>> state, fired = model.init_state(3), np.zeros(3, int)
-  >>> step = jax.jit(model.update)
-  >>> for _ in range(1000):  # 100 ms
-  ...   state, spikes = step(c, state, np.zeros((2, 3)), np.zeros(3))
-  ...   fired += np.asarray(spikes)
-  >>> fired.tolist()
+  >>> _, spikes = IafPscExp(I_e=[0.0, 376.0, 1000.0]).simulate(1000)
+  >>> spikes.sum(axis=0).tolist()                  # in 100 ms
   [0, 1, 15]
 """
 

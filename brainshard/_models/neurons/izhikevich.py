@@ -17,16 +17,9 @@ this step's current input is kept in ``I_stim`` for the next step. There is
 no refractory period.
 
 Example:
-  >>> import jax, numpy as np
   >>> from brainshard._models.neurons.izhikevich import Izhikevich
-  >>> model = Izhikevich(I_e=[0.0, 10.0])
-  >>> c = model.constants(model.params, 0.1)
-  >>> state, fired = model.init_state(2), np.zeros(2, int)
-  >>> step = jax.jit(model.update)
-  >>> for _ in range(1000):  # 100 ms
-  ...   state, spikes = step(c, state, np.zeros((1, 2)), np.zeros(2))
-  ...   fired += np.asarray(spikes)
-  >>> fired.tolist()
+  >>> _, spikes = Izhikevich(I_e=[0.0, 10.0]).simulate(1000)
+  >>> spikes.sum(axis=0).tolist()                  # in 100 ms
   [0, 3]
 """
 

@@ -87,11 +87,24 @@ class OdeNeuron(NeuronModel):
       if not np.all(test(self.params)):
         raise ValueError(f"{self.nest_name}: {message}")
 
+  def constants(self, params: Mapping[str, Any], dt: float) -> dict:
+    """The parameters but ``t_ref``, with ``dt`` and ``ref_steps``
+    (``t_ref`` in NEST's steps); subclasses add their own."""
+    dt = checked_dt(self.nest_name, dt)
+    c = {k: params[k] for k in self.defaults if k != "t_ref"}
+    c["dt"] = dt
+    c["ref_steps"] = nest_steps(params["t_ref"], dt)
+    return c
+
   def update(self, c, state, inputs, currents):
-    """One step (see :class:`NeuronModel`), on at least 8 lanes."""
+    """One step (see :class:`NeuronModel`) in the state's float dtype, on
+    at least 8 lanes."""
     n = next(iter(state.values())).shape[-1]
+    dtype = state["V_m"].dtype
+    c = on_dtype(c, dtype)
+    inputs = jnp.asarray(inputs, dtype)
     # a scalar current (no device) is every neuron's
-    currents = jnp.broadcast_to(jnp.asarray(currents), (n,))
+    currents = jnp.broadcast_to(jnp.asarray(currents, dtype), (n,))
     if n == 0 or n >= _MIN_LANES:
       return self.step(c, state, inputs, currents)
 
@@ -108,7 +121,8 @@ class OdeNeuron(NeuronModel):
     return {k: v[..., :n] for k, v in out.items()}, spikes[..., :n]
 
   def step(self, c, state, inputs, currents):
-    """:meth:`update` itself, for any number of neurons."""
+    """:meth:`update` itself, for any number of neurons (``c``,
+    ``inputs`` and ``currents`` already in the state's dtype)."""
     raise NotImplementedError
 
   @staticmethod

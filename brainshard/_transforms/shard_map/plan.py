@@ -13,6 +13,7 @@ that discovers the body and the one of every call alike.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any, Callable, Hashable, NamedTuple, Sequence
 
@@ -138,6 +139,7 @@ class _FreshPlan(threading.local):
   plan = None
 
 
+@dataclasses.dataclass(eq=False, repr=False)
 class ShardPlanner:
   """Makes, caches and runs the plans of one ``bs.shard_map``'d function.
 
@@ -157,23 +159,21 @@ class ShardPlanner:
     (['v'], [P('x',)])
   """
 
-  def __init__(self, fun: Callable, name: str, mesh: Any, in_specs: Any,
-               out_specs: Any, kwarg_specs: dict, state_in_specs: Any,
-               state_out_specs: Any, axis_names: frozenset, check_vma: bool,
-               static: StaticArgs):
-    self.fun = fun
-    self.name = name
-    self.mesh = mesh
-    self.in_specs = in_specs
-    self.out_specs = out_specs
-    self.kwarg_specs = kwarg_specs
-    self.state_in_specs = state_in_specs
-    self.state_out_specs = state_out_specs
-    self.axis_names = axis_names
-    self.check_vma = check_vma
-    self.static = static
-    self.plans: Cache = Cache()
-    self._fresh = _FreshPlan()  # the plan made last on this thread, unused
+  fun: Callable
+  name: str
+  mesh: Any
+  in_specs: Any
+  out_specs: Any
+  kwarg_specs: dict
+  state_in_specs: Any
+  state_out_specs: Any
+  axis_names: frozenset
+  check_vma: bool
+  static: StaticArgs
+  plans: Cache = dataclasses.field(default_factory=Cache, init=False)
+  # the plan made last on this thread, unused
+  _fresh: _FreshPlan = dataclasses.field(default_factory=_FreshPlan,
+                                         init=False)
 
   def take_fresh(self, plan: Plan | None) -> bool:
     """Whether ``plan`` was made by the last planning on this thread (and

@@ -13,6 +13,7 @@ Python and compile nothing new.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Sequence
 
 from jax.sharding import PartitionSpec as P
@@ -30,6 +31,9 @@ from brainshard._transforms.shard_map.plan import ShardPlanner
 
 __all__ = ["shard_map", "ShardMappedFunction"]
 
+_PLANNER_FIELDS = frozenset(
+    f.name for f in dataclasses.fields(ShardPlanner) if f.init)
+
 
 class ShardMappedFunction:
   """The result of :func:`shard_map`: call it like the function it wraps."""
@@ -45,27 +49,26 @@ class ShardMappedFunction:
       raise TypeError(
           "in_specs must be None, a PartitionSpec, or a tuple with one entry "
           f"per positional argument; got {type(in_specs).__name__}.")
-    self.name = f"bs.shard_map({fun_name(fun)})"
-    self.static = StaticArgs(fun, static_argnums, static_argnames,
-                             owner=self.name)
-    self.static_argnums = self.static.argnums
-    self.static_argnames = self.static.argnames
-    self.kwarg_specs = check_kwarg_specs(kwarg_specs, self.static_argnames)
-    self.axis_rules = freeze_rules(axis_rules)
-    self.fun = fun
-    self.mesh = mesh
-    self.in_specs = in_specs
-    self.out_specs = out_specs
-    self.state_in_specs = state_in_specs
-    self.state_out_specs = state_out_specs
-    self.axis_names = frozenset(axis_names)
-    self.check_vma = check_vma
+    name = f"bs.shard_map({fun_name(fun)})"
+    static = StaticArgs(fun, static_argnums, static_argnames, owner=name)
     self.planner = ShardPlanner(
-        fun, self.name, mesh, in_specs, out_specs, self.kwarg_specs,
-        state_in_specs, state_out_specs, self.axis_names, check_vma,
-        self.static)
+        fun, name, mesh, in_specs, out_specs,
+        check_kwarg_specs(kwarg_specs, static.argnames), state_in_specs,
+        state_out_specs, frozenset(axis_names), check_vma, static)
+    self.axis_rules = freeze_rules(axis_rules)
     self._eager: Cache = Cache()
     copy_metadata(self, fun)
+
+  def __getattr__(self, name: str) -> Any:
+    # The function, its name, mesh and specs are the planner's, held once.
+    planner = self.__dict__.get("planner")
+    if planner is not None:
+      if name in _PLANNER_FIELDS:
+        return getattr(planner, name)
+      if name in ("static_argnums", "static_argnames"):
+        return getattr(planner.static, name.removeprefix("static_"))
+    raise AttributeError(
+        f"{type(self).__name__!r} object has no attribute {name!r}")
 
   def __repr__(self) -> str:
     mesh = "from jax.set_mesh" if self.mesh is None else dict(self.mesh.shape)
