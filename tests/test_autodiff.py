@@ -207,7 +207,8 @@ def test_bad_grad_states_leave_states_as_they_were():
     bs.grad(m.loss, grad_states=bs.LongTermState)(X)
   with pytest.raises(TypeError, match="grad_states must be"):
     bs.grad(m.loss, grad_states=3)
-  with pytest.raises(TypeError, match="not a State"):
+  with pytest.raises(TypeError, match="each entry of grad_states must be a "
+                     "State; got ArrayImpl"):
     bs.grad(m.loss, grad_states=[m.w, jnp.ones(2)])
   with pytest.raises(ValueError, match="argnums"):
     bs.grad(m.loss, grad_states=m.w, argnums=2)(X)

@@ -556,7 +556,8 @@ def test_bad_states_arguments(tmp_path):
     bs.save_states(tmp_path / "c", [named, bs.State(jnp.ones(2), "a")])
   with pytest.raises(ValueError, match="non-empty strings"):
     bs.save_states(tmp_path / "c", {"": named})
-  with pytest.raises(TypeError, match=r"states\['a'\] is ndarray"):
+  with pytest.raises(TypeError,
+                     match=r"states\['a'\] must be a State; got ndarray"):
     bs.save_states(tmp_path / "c", {"a": np.zeros(2)})
   with pytest.raises(ValueError, match="metadata must be JSON-able"):
     bs.save_states(tmp_path / "c", [named], metadata={"f": object()})

@@ -6,7 +6,9 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
+import jax.numpy as jnp
 import pytest
 
 import brainshard as bs
@@ -62,3 +64,23 @@ def test_the_switch_and_the_users_own_folder(tmp_path):
                         "print(bs.compilation_cache())"], env=env, check=True,
                        capture_output=True, text=True, timeout=120)
   assert out.stdout.strip() == str(tmp_path / "mine")
+
+
+def test_a_program_with_a_long_name_is_cached(tmp_path):
+  """JAX files a program under its name: ``bs.switch`` over nested local
+  functions named one of 250 characters, too long for a file, and JAX
+  warned and did not cache it."""
+  v = bs.State(jnp.zeros(3), name="v")
+
+  def step():
+    v.value = v.value + 1.0
+  step.__qualname__ = "outer.<locals>." * 20 + "step"
+  before = bs.compilation_cache()
+  try:
+    bs.compilation_cache(tmp_path, min_compile_seconds=0)
+    with warnings.catch_warnings():
+      warnings.simplefilter("error")
+      bs.jit(step)()
+    assert [p.name for p in tmp_path.iterdir() if "outer" in p.name]
+  finally:
+    bs.compilation_cache(before)

@@ -15,7 +15,7 @@ import jax
 
 from brainshard._core.state.state import State
 
-__all__ = ["StaticArgs", "Call", "fun_name", "copy_metadata",
+__all__ = ["StaticArgs", "Call", "fun_name", "program_name", "copy_metadata",
            "normalize_argnums", "normalize_argnames"]
 
 
@@ -24,6 +24,24 @@ def fun_name(fun: Callable) -> str:
   while hasattr(fun, "func") and hasattr(fun, "args"):  # functools.partial
     fun = fun.func
   return getattr(fun, "__qualname__", None) or getattr(fun, "__name__", repr(fun))
+
+
+# JAX names a compiled program's file in the persistent compilation cache
+# after it ("jit_<name>-<64 hex>-cache"): past ~190 characters the name is
+# too long for a file system, and the program is not cached (a warning).
+_MAX_PROGRAM_NAME = 100
+
+
+def program_name(fun: Callable) -> str:
+  """:func:`fun_name`, cut to a length the compilation cache can file
+  (``bs.switch`` of nested local functions easily passes 200 characters).
+
+  Example:
+    >>> program_name(lambda: 0), len(program_name(type('f' * 300, (), {})))
+    ('<lambda>', 100)
+  """
+  name = fun_name(fun)
+  return name[:_MAX_PROGRAM_NAME]
 
 
 _METADATA = ("__module__", "__name__", "__qualname__", "__doc__")

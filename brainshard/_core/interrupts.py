@@ -13,7 +13,14 @@ for it forever.
 So while this thread holds the slots (the owner's window or ``SLOT_LOCK``)
 and the interrupted code is brainshard's, SIGINT is delivered again at the
 next check: once the slots are let go (microseconds later), the usual
-``KeyboardInterrupt`` is raised, with every State written. An interrupt that
+``KeyboardInterrupt`` is raised, with every State written.
+
+Python drops an exception raised where nothing can catch it (a garbage
+collector callback, which JAX runs after every collection, a weakref
+callback, a ``__del__``): it hands it to ``sys.unraisablehook``, prints
+"Exception ignored" and goes on, so a Ctrl-C that landed there was lost
+and a loop of calls ran on. A hook put in front of the one in place (all
+else is passed on to it) delivers such a ``KeyboardInterrupt`` again. An interrupt that
 lands in JAX's or the user's code (a first call's trace or compile, a
 function being traced) is raised at once, before anything is donated.
 
@@ -77,15 +84,30 @@ def on_sigint(signum: int, frame: Any) -> None:
   signal.default_int_handler(signum, frame)
 
 
+def _redeliver_dropped(hook: Any) -> Any:
+  """``sys.unraisablehook`` that delivers a dropped ``KeyboardInterrupt``
+  again and passes everything else to ``hook``."""
+  def unraisable(args: Any) -> None:
+    if args.exc_type is KeyboardInterrupt:
+      _SIGINT.again  # noqa: B018 - see _Signal: the next check raises it
+      return
+    hook(args)
+  unraisable.brainshard = True
+  return unraisable
+
+
 def protect() -> None:
-  """Puts :func:`on_sigint` in place of Python's default SIGINT handler.
-  Called as each program is built (and the first State is made); does
+  """Puts :func:`on_sigint` in place of Python's default SIGINT handler,
+  and a ``sys.unraisablehook`` in front of the one in place. Called as each program is built (and the first State is made); does
   nothing off the main thread or where another handler is installed."""
   if threading.current_thread() is not threading.main_thread():
     return
   try:
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
       signal.signal(signal.SIGINT, on_sigint)
+    if (signal.getsignal(signal.SIGINT) is on_sigint
+        and not getattr(sys.unraisablehook, "brainshard", False)):
+      sys.unraisablehook = _redeliver_dropped(sys.unraisablehook)
   except ValueError:  # pragma: no cover - an interpreter without signals
     return
   _hook_ipython()

@@ -10,7 +10,7 @@ import numpy as np
 
 from brainshard._scaleout.place import states_in
 from brainshard._core.keys import is_typed_key
-from brainshard._core.state.state import State
+from brainshard._core.state.state import State, expect_state
 
 __all__ = ["describe", "visualize", "StateInfo", "StateTable", "device_ids"]
 
@@ -211,8 +211,7 @@ def visualize(state: State, leaf: Any = None, **kwargs: Any) -> None:
       ``jax.tree.leaves(state.value)`` or its path string (e.g. ``"['w']"``).
     kwargs: passed to ``jax.debug.visualize_array_sharding``.
   """
-  if not isinstance(state, State):
-    raise TypeError(f"bs.visualize takes a State, got {type(state).__name__}.")
+  expect_state(state, "bs.visualize's state")
   leaves = jax.tree_util.tree_flatten_with_path(state.global_value())[0]
   if leaf is None:
     if len(leaves) != 1:

@@ -21,7 +21,7 @@ from brainshard._core.axes import (
 from brainshard._core.specs import (
     StateSpecs, check_spec, check_state_specs_arg, leaf_specs,
     resolve_state_spec)
-from brainshard._core.args import copy_metadata, fun_name
+from brainshard._core.args import copy_metadata, fun_name, program_name
 from brainshard._core.errors import StateTraceError
 from brainshard._core.frames import Frame, write_results
 from brainshard._core.state.state import State
@@ -252,7 +252,7 @@ class ShardedInit:
                 if isinstance(x, compat.Tracer)]
       box.append((created, leaves, treedef, traced))
       return values, [leaves[i] for i in traced]
-    run.__name__ = run.__qualname__ = fun_name(self.init_fn)
+    run.__name__ = run.__qualname__ = program_name(self.init_fn)
     return run
 
   def _jit(self, box: list, **kw) -> Any:

@@ -150,13 +150,12 @@ def dispatch(name: str, funs: Sequence[Callable], static: Hashable,
 
   Example:
     >>> import brainshard as bs, jax.numpy as jnp
-    >>> v = bs.State(jnp.zeros(()), name='v')
-    >>> def bump(x):
-    ...   v.value = v.value + x
-    ...   return v.value
-    >>> impl = lambda f: lambda x: f(x) * 2
-    >>> dispatch('double', [bump], (), impl, (1.0,)), v.value
-    (Array(2., dtype=float32), Array(1., dtype=float32))
+    >>> v = bs.State(jnp.ones(2), name='v')
+    >>> def scale(k):
+    ...   v.value = v.value * k
+    >>> twice = lambda f: lambda k: (f(k), f(k))[1]  # a construct: f twice
+    >>> dispatch('twice', [scale], (), twice, (3.0,)); v.value
+    Array([9., 9.], dtype=float32)
   """
   # is_eager() inlined: this runs on every eager loop and branch call.
   if not frame_stack() and compat.at_top_level():

@@ -132,18 +132,15 @@ class JittedFunction:
 
     Example:
       >>> import brainshard as bs, jax.numpy as jnp
-      >>> v = bs.State(jnp.zeros(3), name='v')
-      >>> @bs.jit
-      ... def step(dt):
-      ...   v.value = v.value + dt
-      >>> source = step.call_source(0.1)
-      >>> print(source.splitlines()[0])
-      def entry(*args, **kwargs):
+      >>> count = bs.State(jnp.int32(0), name='count')
+      >>> def tick():
+      ...   count.value += 1
+      >>> source = bs.jit(tick).call_source()
+      >>> print(source.splitlines()[0])     # made for a call without arguments
+      def entry():
       >>> print(*[line.strip() for line in source.splitlines()
-      ...         if "= donating_all(" in line], sep="\\n")
-      new = donating_all(v._value, *args, **kwargs)
-      new = donating_all(v._value, *args)
-      new = donating_all(v._value)
+      ...         if "= donating_all(" in line])
+      new = donating_all(count._value)
     """
     return self._core.with_program(args, kwargs, lambda p: p.source)
 

@@ -328,15 +328,12 @@ def bounded_while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any,
   scans, which only trades compile time) is accepted and not used.
 
   Example:
-    >>> import brainshard as bs, jax.numpy as jnp
-    >>> t = bs.State(jnp.zeros(()), name='t')
-    >>> def body(n):
-    ...   t.value = t.value + 1.0
-    ...   return n + 1
-    >>> int(bs.bounded_while_loop(lambda n: n < 100, body, 0, max_steps=5))
-    5
-    >>> t.value
-    Array(5., dtype=float32)
+    >>> import jax, brainshard as bs
+    >>> def grow(x):  # triple x while it is below 100, 4 times at most
+    ...   return bs.bounded_while_loop(lambda n: n < 100, lambda n: n * 3, x,
+    ...                                max_steps=4)
+    >>> [float(grow(x)) for x in (2.0, 20.0)], float(jax.grad(grow)(2.0))
+    ([162.0, 180.0], 81.0)
   """
   if isinstance(max_steps, bool) or not isinstance(max_steps, int) \
       or max_steps < 0:

@@ -27,7 +27,7 @@ import jax
 
 from brainshard._core import caches, compat, interrupts
 from brainshard._core.program import donation, fastcall, generated
-from brainshard._core.args import StaticArgs, fun_name
+from brainshard._core.args import StaticArgs, program_name
 from brainshard._core.discovery import DiscoveryCache, evaluate
 from brainshard._core.errors import Rediscover
 from brainshard._core.frames import (
@@ -114,7 +114,7 @@ class Program:
 
     self._funs = {False: pure, True: pure_packed}
     for f in self._funs.values():
-      f.__name__ = f.__qualname__ = fun_name(owner.fun)
+      f.__name__ = f.__qualname__ = program_name(owner.fun)
     self._jitted: dict[tuple[bool, ...], tuple[Any, bool]] = {}
     # (mask_for returns these very objects: no N-long tuple hashed per call)
     self._mask_all, self._mask_none = (True,) * nc, (False,) * nc

@@ -19,17 +19,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from brainshard._core.state.state import State
+from brainshard._core.state.state import State, expect_state
 
 __all__ = ["StateDictManager"]
-
-
-def _check(key: Any, value: Any) -> State:
-  if not isinstance(value, State):
-    raise TypeError(
-        f"StateDictManager[{key!r}] must be a State; got "
-        f"{type(value).__name__}.")
-  return value
 
 
 class StateDictManager(dict):
@@ -40,7 +32,7 @@ class StateDictManager(dict):
     self.update(*args, **kwargs)
 
   def __setitem__(self, key: Any, value: Any) -> None:
-    super().__setitem__(key, _check(key, value))
+    super().__setitem__(key, expect_state(value, f"StateDictManager[{key!r}]"))
 
   def update(self, *args: Any, **kwargs: Any) -> None:
     # dict.update bypasses __setitem__; route it through the check
@@ -96,7 +88,7 @@ class StateDictManager(dict):
 
   def add_unique_key(self, key: Any, state: State) -> None:
     """Adds ``state`` under ``key``; a different State there is an error."""
-    _check(key, state)
+    expect_state(state, f"StateDictManager[{key!r}]")
     if key in self and self[key] is not state:
       raise ValueError(
           f"StateDictManager: key {key!r} already holds {self[key]!r}.")
@@ -105,7 +97,7 @@ class StateDictManager(dict):
   def add_unique_value(self, key: Any, state: State) -> bool:
     """Adds ``state`` under ``key`` unless it is already stored (under any
     key): whether it was added."""
-    _check(key, state)
+    expect_state(state, f"StateDictManager[{key!r}]")
     if any(s is state for s in self.values()):
       return False
     self.add_unique_key(key, state)

@@ -35,7 +35,7 @@ from brainshard._core.state.values import (
 
 __all__ = [
     "State", "ParamState", "ShortTermState", "LongTermState",
-    "StateTraceError",
+    "StateTraceError", "expect_state",
 ]
 
 
@@ -90,11 +90,9 @@ class State(StateExtras):
   Example:
     >>> import brainshard as bs, jax.numpy as jnp
     >>> v = bs.State(jnp.zeros(4), name='v')
-    >>> @bs.jit
-    ... def step(i):
-    ...   v.value = v.value + i
-    >>> step(1.0); v.value
-    Array([1., 1., 1., 1.], dtype=float32)
+    >>> v.value = v.value + 1         # outside a transform: a plain write
+    >>> bs.jit(lambda x: v.value * x)(2.0)  # inside: read as a traced input
+    Array([2., 2., 2., 2.], dtype=float32)
   """
 
   # True where every ``bs.vmap`` member shares the value even under an int
@@ -164,19 +162,22 @@ class State(StateExtras):
 
   @value.setter
   def value(self, new_value: Any) -> None:
-    stack = thread_frames.stack
-    if stack:
-      stack[-1].write(self, new_value)
-    else:
-      self.set_global(self._checked_top_level(new_value, "written"))
+    self._put(new_value, restore=False)
 
   def restore_value(self, value: Any) -> None:
     """Sets the value without recording a write (used to inject values)."""
+    self._put(value, restore=True)
+
+  def _put(self, value: Any, restore: bool) -> None:
+    """To the innermost frame of this thread's trace, else the global slot."""
     stack = thread_frames.stack
-    if stack:
+    if not stack:
+      self.set_global(self._checked_top_level(
+          value, "restored" if restore else "written"))
+    elif restore:
       stack[-1].restore(self, value)
     else:
-      self.set_global(self._checked_top_level(value, "restored"))
+      stack[-1].write(self, value)
 
   def replace(self, value: Any = UNSET, **changes: Any) -> "State":
     """A new State of this type holding ``value``, with this one's name,
@@ -379,6 +380,15 @@ class ShortTermState(State):
 
 class LongTermState(State):
   """Slow-changing state kept across runs, e.g. running statistics."""
+
+
+def expect_state(value: Any, where: str) -> State:
+  """``value`` if it is a State, else a ``TypeError`` that says what
+  ``where`` (the argument or slot, e.g. ``"StateDictManager['v']"``) got."""
+  if not isinstance(value, State):
+    raise TypeError(f"{where} must be a State; got {type(value).__name__} "
+                    f"({value!r:.60}).")
+  return value
 
 
 def store(states: Sequence[State], values: Sequence[Any]) -> None:

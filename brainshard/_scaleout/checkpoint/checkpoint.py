@@ -24,7 +24,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from brainshard._core.frames import write_results
 from brainshard._core.keys import is_typed_key
-from brainshard._core.state.state import State
+from brainshard._core.state.state import State, expect_state
 from brainshard._core.state.values import describe_value
 from brainshard._core.toplevel import require_top_level
 from brainshard._scaleout.checkpoint import store
@@ -55,9 +55,7 @@ def _named_states(states: Any, where: str) -> dict[str, State]:
         raise ValueError(
             f"{where}: the keys of `states` must be non-empty strings; got "
             f"{key!r}.")
-      if not isinstance(state, State):
-        raise TypeError(
-            f"{where}: states[{key!r}] is {type(state).__name__}, not a State.")
+      expect_state(state, f"{where}: states[{key!r}]")
     return out
   if not isinstance(states, Iterable) or isinstance(states, (str, bytes)):
     raise TypeError(
@@ -65,10 +63,7 @@ def _named_states(states: Any, where: str) -> dict[str, State]:
         f"named States; got {type(states).__name__}.")
   out = {}
   for state in states:
-    if not isinstance(state, State):
-      raise TypeError(
-          f"{where}: `states` holds {type(state).__name__} ({state!r:.60}), "
-          "not a State.")
+    expect_state(state, f"{where}: each item of `states`")
     if not isinstance(state.name, str) or not state.name:
       raise ValueError(
           f"{where}: {state.label()} has no name, so the checkpoint could "

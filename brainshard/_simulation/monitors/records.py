@@ -128,17 +128,18 @@ class Store:
     self._cache.clear()
 
 
+def _times(record) -> np.ndarray:
+  """The record's times (``steps * dt``, in the unit of ``dt``)."""
+  return record.steps * record.dt
+
+
 class SpikeData(NamedTuple):
   """Spike events: ``steps[k]`` (global step index) and ``neurons[k]``."""
   steps: np.ndarray
   neurons: np.ndarray
   n: int          # neurons in the population
   dt: float
-
-  @property
-  def times(self) -> np.ndarray:
-    """Spike times (``steps * dt``, in the unit of ``dt``)."""
-    return self.steps * self.dt
+  times = property(_times)
 
   def __len__(self) -> int:
     return len(self.steps)
@@ -150,10 +151,7 @@ class RateData(NamedTuple):
   counts: np.ndarray
   n: int
   dt: float
-
-  @property
-  def times(self) -> np.ndarray:
-    return self.steps * self.dt
+  times = property(_times)
 
   @property
   def rate(self) -> np.ndarray:
@@ -165,10 +163,7 @@ class TraceData(NamedTuple):
   steps: np.ndarray
   values: Any
   dt: float
-
-  @property
-  def times(self) -> np.ndarray:
-    return self.steps * self.dt
+  times = property(_times)
 
 
 class Result:

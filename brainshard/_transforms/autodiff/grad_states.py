@@ -16,7 +16,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import jax.numpy as jnp
 
 from brainshard._core.frames import current_signature, union
-from brainshard._core.state.state import State
+from brainshard._core.state.state import State, expect_state
 from brainshard._core.state.values import describe_signature
 from brainshard._core.state.filters import bad_form, is_filter, selects
 
@@ -35,21 +35,13 @@ def freeze(spec: Any, name: str) -> Any:
     return ("state", weakref.ref(spec))
   if isinstance(spec, (list, tuple)):
     return ("tuple" if isinstance(spec, tuple) else "list",
-            tuple(weakref.ref(_is_state(s, name)) for s in spec))
+            tuple(weakref.ref(expect_state(s, f"{name}: each entry of grad_states")) for s in spec))
   if isinstance(spec, dict):
-    return ("dict", tuple((k, weakref.ref(_is_state(s, name)))
+    return ("dict", tuple((k, weakref.ref(expect_state(s, f"{name}: each entry of grad_states")))
                           for k, s in spec.items()))
   if is_filter(spec):
     return ("filter", spec)
   raise bad_form(f"{name}: grad_states", _FORMS, spec)
-
-
-def _is_state(s: Any, name: str) -> State:
-  if not isinstance(s, State):
-    raise TypeError(
-        f"{name}: grad_states lists {type(s).__name__} {s!r:.60}, which is not "
-        f"a State (grad_states must be {_FORMS}).")
-  return s
 
 
 class Selection(NamedTuple):

@@ -27,36 +27,45 @@ from brainshard._core.state.values import Signature, signature
 __all__ = ["ShardFrame", "DiscoveryShardFrame", "unsharded", "reshard"]
 
 
-class ShardFrame(ReplayFrame):
+class _ShardBody:
+  """What both frames of a body know of where it runs: the mesh, its
+  manual axes (``manual``, None for all) and their ``(name, size)``
+  (``manual_axes``), by which per-shard draws and reports find the
+  shard_map bodies they run in (see ``brainshard._transforms.control``)."""
+
+  def __init__(self, name: str, mesh: Any, manual: frozenset | None,
+               manual_axes: tuple[tuple[str, int], ...]):
+    super().__init__(name)
+    self.mesh = mesh
+    self.manual = manual
+    self.manual_axes = manual_axes
+
+
+class ShardFrame(_ShardBody, ReplayFrame):
   """The frame of a shard_map body.
 
   States have per-shard shapes here, also the ones that are written without
-  being read first. ``manual_axes`` (``(axis name, size)`` per manual mesh
-  axis) lets code that must act per shard (random draws, progress reports)
-  find the shard_map bodies it runs in (see ``brainshard._transforms.control``).
+  being read first.
   """
 
   def __init__(self, name: str, mesh: Any, plan: Any,
                manual_axes: tuple[tuple[str, int], ...],
                manual: frozenset | None):
-    super().__init__(name)
-    self.mesh = mesh
+    super().__init__(name, mesh, manual, manual_axes)
     self.plan = plan
-    self.manual_axes = manual_axes
-    self._manual = manual
 
   def inner_signature(self, state: State, outer_sig: Signature) -> Signature:
     specs = self.plan.write_specs.get(id(state))
     if specs is None:
       return outer_sig
-    return _shard_signature(outer_sig, specs, self.mesh, self._manual)
+    return _shard_signature(outer_sig, specs, self.mesh, self.manual)
 
   def write_signature(self, state: State) -> Signature:
     outer = _outer_signature(self, state)
     specs = self.plan.write_specs.get(id(state))
     if specs is None:  # not written when discovered: replay reports it
       return self.signature_of(state)
-    return _shard_signature(outer, specs, self.mesh, self._manual)
+    return _shard_signature(outer, specs, self.mesh, self.manual)
 
 
 def unsharded(state: State, sig: Signature) -> Signature:
@@ -81,7 +90,7 @@ def _local_block(x: Any, spec: P, mesh: Any) -> Any:
   return x
 
 
-class DiscoveryShardFrame(Frame):
+class DiscoveryShardFrame(_ShardBody, Frame):
   """Discovers a shard_map body's states while it runs inside a real
   ``jax.shard_map``, so per-shard types (varying axes) are exactly those of
   the real call: a state's first read takes the whole value from the outer
@@ -94,13 +103,10 @@ class DiscoveryShardFrame(Frame):
 
   def __init__(self, name: str, mesh: Any, manual: frozenset | None,
                layouts: Any, manual_axes: tuple[tuple[str, int], ...]):
-    super().__init__(name)
-    self.mesh = mesh
-    self.manual = manual
-    self.layouts = layouts
     # As in ShardFrame: per-shard draws and reports see the same frames
     # when the body is discovered as when it runs.
-    self.manual_axes = manual_axes
+    super().__init__(name, mesh, manual, manual_axes)
+    self.layouts = layouts
 
   def first_read(self, state: State, outer_value: Any) -> Any:
     specs = self.layouts.in_specs(state, signature(outer_value))
