@@ -108,8 +108,13 @@ def push(buf: jax.Array, fired: jax.Array, t, index: SynapseIndex,
 @partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _push(tangent, buf, fired, t, index):
   rec = index.receptor
-  args = (buf, fired, t, index.indptr, index.post, index.weight,
-          index.delay, *([] if rec is None else [rec]))
+  # One delay for all (min_delay == max_delay: bounds the index keeps
+  # exact): a scalar of the field's dtype, and the loop reads no delay field.
+  delay = index.delay
+  if index.min_delay == index.max_delay:
+    delay = jnp.asarray(index.min_delay, delay.dtype)
+  args = (buf, fired, t, index.indptr, index.post, index.weight, delay,
+          *([] if rec is None else [rec]))
   return _call("push", args)
 
 
