@@ -119,7 +119,7 @@ class PoissonPass(NamedTuple):
         counts = small.counts(b1 ^ b2, [chain(table[:, r], _NEVER)
                                          for r in range(rows)])
       else:  # the lane's connection's guide: one gather, no row compares
-        counts = _guided(b1 ^ b2, guides, chain(
+        counts = small.guided_at(b1 ^ b2, guides.reshape(-1), chain(
             np.arange(len(c), dtype=np.int32) * guides.shape[1], 0))
       return jnp.where(inside, counts.astype(dtype) * chain(scale, 0.0), 0)
 
@@ -134,28 +134,16 @@ def _guides(table: np.ndarray) -> np.ndarray | None:
   out = []
   for row in table:
     kept = tuple(int(x) for x in row if x != _NEVER)
-    if not kept or len(kept) > small._BASE:  # noqa: SLF001
+    if not kept:
       return None
-    entries, extra = small.guide(kept)
+    try:
+      entries, extra = small.guide(kept)
+    except ValueError:  # more rows than a guide holds
+      return None
     if len(extra):
       return None
     out.append(entries)
   return np.stack(out)
-
-
-def _guided(bits: jax.Array, guides: np.ndarray, at: jax.Array) -> jax.Array:
-  """``small.guided`` of each lane's own guide, row ``at / entries`` of
-  ``guides`` (``at``: the lane's row start in the flat ``guides``): the
-  counts of the compares with its connection's rows, for the cost of one
-  gather whatever the rows (the compares of every row of every
-  connection cost a select per connection a row)."""
-  y = jax.lax.bitcast_convert_type(bits, jnp.int32) >> 1
-  index, offset = small._bucket(y)  # noqa: SLF001
-  # one gather, used twice (a third use splits it from the hash's fusion)
-  e = jnp.asarray(guides.reshape(-1)).at[at + index].get(
-      mode="promise_in_bounds")
-  base = np.int32(small._BASE)  # noqa: SLF001
-  return (e & base) + (e >= (offset << np.int32(7))).astype(jnp.int32)
 
 
 def fusable(stim: Stimulus, dt: float) -> bool:
