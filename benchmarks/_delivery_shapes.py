@@ -49,13 +49,11 @@ def microcircuit(seed: int = 1, dt: float = 0.1, scale: float = 0.1):
   with the full in-degrees."""
   import jax
   from brainshard import models as bm
-  from examples.microcircuit import model, params
-  net = params.scaled(scale, 1.0)
-  lay = bm.Layout({k: int(n) for k, n in zip(params.POPULATIONS,
-                                             net.neurons)}, n_shards=1)
+  from examples.microcircuit import model
   mesh = jax.make_mesh((1,), ("x",), devices=jax.devices()[:1])
-  index = bm.connect(model.projections(net), lay, dt=dt, seed=seed,
-                     mesh=mesh, axis="x")
+  mc = model.Microcircuit(mesh, n_scale=scale, k_scale=1.0, seed=seed,
+                          dt=dt)
+  index, lay = mc.delivery.index.value, mc.layout
   return index, bm.population_values(lay, MICROCIRCUIT_HZ)
 
 

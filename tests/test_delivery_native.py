@@ -21,9 +21,9 @@ needs_numba = pytest.mark.skipif(not native.available(),
                                  reason="numba is not installed")
 
 
-def _index(seed=0, n=40, k=9, dtypes=None, n_receptors=2):
+def _index(seed=0, n=40, k=9, dtypes=None, n_receptors=2, delays=(1, 6)):
   rng = np.random.default_rng(seed)
-  syn = random_synapses(rng, n, n, k, delays=(1, 6))
+  syn = random_synapses(rng, n, n, k, delays=delays)
   if n_receptors == 1:
     syn["receptor"] = 0 * syn["receptor"]
   idx = index_from_arrays(**syn, n=n, n_receptors=n_receptors)
@@ -34,16 +34,20 @@ def _index(seed=0, n=40, k=9, dtypes=None, n_receptors=2):
 
 
 # The loops of the usual field dtypes (uint16 or int32 post, uint8 delay,
-# no or uint8 receptor) and the one that reads any other dtypes.
+# no or uint8 receptor) and the one that reads any other dtypes; with one
+# delay for every synapse (min_delay == max_delay: passed as a scalar, no
+# delay field read), as Brunel's.
 @needs_numba
+@pytest.mark.parametrize("delays", [(1, 6), (4, 4)])
 @pytest.mark.parametrize("dtypes, n_rec", [
     (None, 2), (None, 1), (dict(post=jnp.int32), 2),
     (dict(post=jnp.int32), 1),
     (dict(delay=jnp.uint8, receptor=jnp.int8, post=jnp.int16), 2),
     (dict(delay=jnp.int32, receptor=jnp.uint16, post=jnp.int32), 2),
     (dict(delay=jnp.uint16), 1)])
-def test_native_equals_numpy_and_xla_bit_for_bit(dtypes, n_rec):
-  syn, idx = _index(dtypes=dtypes, n_receptors=n_rec)
+def test_native_equals_numpy_and_xla_bit_for_bit(dtypes, n_rec, delays):
+  syn, idx = _index(dtypes=dtypes, n_receptors=n_rec, delays=delays)
+  assert (idx.min_delay == idx.max_delay) == (delays[0] == delays[1])
   n, steps = 40, 5
   length = ring_length(idx.max_delay)
   rng = np.random.default_rng(1)

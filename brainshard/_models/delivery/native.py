@@ -8,9 +8,11 @@ in index order, ``buf[receptor, (t + delay) % L, post] += weight``. Every
 target therefore adds its inputs in the same order as the XLA kernel (by
 presynaptic id, then CSR order), on any number of devices: the ring buffer
 is bit for bit the XLA kernel's. It streams each row once (6-9 bytes a
-synapse) into a buffer that sits in cache: 1.3-2 ns a synaptic event on
-this project's 2-core CPU, as fast as the same loop in C, 2-3x faster than
-XLA's scatter fed by slices (docs/models_delivery.md has the figures).
+synapse; 6 where every synapse has the same delay, which is then passed
+as a scalar) into a buffer that sits in cache: 1.3-2 ns a synaptic event
+on this project's 2-core CPU (Brunel's one delay: ~1.1), as fast as the
+same loop in C, 2-3x faster than XLA's scatter fed by slices
+(docs/models_delivery.md has the figures).
 
 This module is the JAX side: which calls the kernel takes, the FFI calls,
 their tangent and their type inside ``shard_map``. The numba side (the
@@ -108,8 +110,13 @@ def push(buf: jax.Array, fired: jax.Array, t, index: SynapseIndex,
 @partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _push(tangent, buf, fired, t, index):
   rec = index.receptor
-  args = (buf, fired, t, index.indptr, index.post, index.weight,
-          index.delay, *([] if rec is None else [rec]))
+  # One delay for all (min_delay == max_delay: bounds the index keeps
+  # exact): a scalar of the field's dtype, and the loop reads no delay field.
+  delay = index.delay
+  if index.min_delay == index.max_delay:
+    delay = jnp.asarray(index.min_delay, delay.dtype)
+  args = (buf, fired, t, index.indptr, index.post, index.weight, delay,
+          *([] if rec is None else [rec]))
   return _call("push", args)
 
 

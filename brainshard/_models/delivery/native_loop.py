@@ -3,7 +3,7 @@ installed, by :mod:`.native`): the delivery loop and the two XLA FFI
 handlers that call it, reading XLA's call frame by address.
 
 The loops are compiled once per machine (numba's on-disk cache; the first
-process pays ~3 s). One loop serves every index dtype: an element is read
+process pays ~5-10 s of CPU, later ones ~0.3 s). One loop serves every index dtype: an element is read
 through :func:`_load`, which switches on the array's XLA dtype code; the
 switch does not depend on the element, so LLVM hoists it out of the loop
 (measured: 1.12 vs 1.10 ns an event for a loop specialised to uint16 and
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic, overload
 
@@ -41,6 +42,11 @@ _CODES = {np.dtype(t): c for t, c in (
     (np.uint16, 7), (np.uint32, 8), (np.float32, 11))}
 _S8, _S16, _S32, _U8, _U16, _U32 = 2, 3, 4, 6, 7, 8
 _NO_ARRAY = 0  # the receptor code of an index without a receptor field
+# Bytes of each field of the next fired neuron's row asked for while the
+# current row is delivered: a row starts at an unpredictable address (its
+# first lines are a miss each, ~0.1 ns an event of Brunel's 1,250-synapse
+# rows; the hardware prefetcher takes over within the row).
+_AHEAD_BYTES = 1024
 
 
 def _pointer(to):
@@ -60,6 +66,27 @@ _word, _i32, _f32 = (_pointer(t) for t in (types.int64, types.int32,
                                              types.float32))
 _s8, _s16, _u8, _u16, _u32 = (_pointer(t) for t in (
     types.int8, types.int16, types.uint8, types.uint16, types.uint32))
+
+
+@intrinsic
+def _prefetch_array(typingctx, arr, k):
+  """LLVM's prefetch (read, keep in all caches) of ``arr[k]``: a hint,
+  never a fault, even past the end."""
+  sig = types.void(arr, k)
+
+  def codegen(context, builder, signature, args):
+    data = context.make_array(signature.args[0])(context, builder,
+                                                 args[0]).data
+    i8p = ir.IntType(8).as_pointer()
+    i32 = ir.IntType(32)
+    fn = builder.module.declare_intrinsic(
+        "llvm.prefetch", fnty=ir.FunctionType(ir.VoidType(),
+                                              [i8p, i32, i32, i32]))
+    builder.call(fn, [builder.bitcast(builder.gep(data, [args[1]]), i8p),
+                      ir.Constant(i32, 0), ir.Constant(i32, 3),
+                      ir.Constant(i32, 1)])
+    return context.get_dummy_value()
+  return sig, codegen
 
 
 @numba.njit(cache=True)
@@ -96,6 +123,28 @@ def _at_numba(x, k):
   if isinstance(x, types.BaseTuple) and len(x.types) == 2:
     return lambda x, k: _load(x[0], x[1], k)
   return lambda x, k: np.uint64(0)
+
+
+def _prefetch(x, k, stop):
+  """Asks for the cache lines of ``x[k:stop]`` (at most ``_AHEAD_BYTES``)
+  ahead of their use; nothing for a :func:`_Loaded` / :func:`_Zeros`. Compiled by numba only (its overload)."""
+  raise NotImplementedError("numba only")
+
+
+@overload(_prefetch)
+def _prefetch_numba(x, k, stop):
+  if isinstance(x, types.Array):
+    size = x.dtype.bitwidth // 8
+    step, lines = 64 // size, _AHEAD_BYTES // 64
+
+    def fetch(x, k, stop):
+      for q in range(lines):
+        at = k + np.uint64(q * step)
+        if at >= stop:
+          break
+        _prefetch_array(x, at)
+    return fetch
+  return lambda x, k, stop: None
 
 
 @numba.njit(cache=True)
@@ -136,15 +185,17 @@ def _push(frame):
   indptr = numba.carray(_i32(_buffer(frame, ARGS, 3)[0]), n_pre + 1)
   post_at, post_dims, post_code = _buffer(frame, ARGS, 4)
   cap = numba.carray(_word(post_dims), 1)[0]
-  weight = _f32(_buffer(frame, ARGS, 5)[0])
+  weight = numba.carray(_f32(_buffer(frame, ARGS, 5)[0]), cap)
   delay_at, _, delay_code = _buffer(frame, ARGS, 6)
+  # one delay for every synapse: a scalar (rank 0) of the field's dtype
+  same = _rank(frame, ARGS, 6) == 0
   rec_at, rec_code = np.int64(0), _NO_ARRAY
   if frame[ARGS - 2] > 7:  # args.size: a receptor field was passed
     rec_at, _, rec_code = _buffer(frame, ARGS, 7)
-  a = (_f32(out_at), fired, indptr, t, length, n_local, n_rec, weight)
+  a = (_f32(out_at), fired, indptr, t, length, n_local, n_rec, weight, same)
   # The usual fields (index.field_dtypes: uint16 or int32 post, uint8
   # delay, no or uint8 receptor) get loops of their own types (4 loops,
-  # ~1 s each to compile, once per machine); any other dtypes the loop
+  # ~2 s each to compile, once per machine); any other dtypes the loop
   # that reads through _load (measured 1.6x slower).
   if post_code == _U16 and rec_code in (_NO_ARRAY, _U8):
     _by_delay(a, numba.carray(_u16(post_at), cap), delay_at, delay_code,
@@ -155,6 +206,13 @@ def _push(frame):
   else:
     _rows(a, _Loaded(post_at, post_code), _Loaded(delay_at, delay_code),
           _Loaded(rec_at, rec_code))
+
+
+@numba.njit(cache=True)
+def _rank(frame, table, k):
+  """The rank of argument (``table = ARGS``) or result ``k``."""
+  b = numba.carray(_word(numba.carray(_word(frame[table]), k + 1)[k]), 6)
+  return b[4]
 
 
 @numba.njit(cache=True)
@@ -177,15 +235,39 @@ def _by_receptor(a, post, delay, rec_at, rec_code, cap):
 @numba.njit(cache=True)
 def _rows(a, post, delay, rec):
   """The loop. ``post``, ``delay``, ``rec``: arrays of their own dtype, or
-  a :class:`_Loaded` / :class:`_Zeros` read through :func:`_at`. Indices
-  are unsigned, so numba emits no negative-index checks (the loop then runs
-  as fast as in C); targets and receptors out of range are dropped, as by
-  the XLA kernel's ``mode='drop'``."""
-  out, fired, indptr, t, length, n_local, n_rec, weight = a
+  a :class:`_Loaded` / :class:`_Zeros` read through :func:`_at`; ``same``
+  (``a``'s last): one delay, ``delay``'s element 0, for every synapse.
+  Indices are unsigned, so numba emits no negative-index checks (the loop
+  then runs as fast as in C); targets and receptors out of range are
+  dropped, as by the XLA kernel's ``mode='drop'``. While a row is
+  delivered, the first lines of the next fired row are asked for
+  (:func:`_prefetch`)."""
+  out, fired, indptr, t, length, n_local, n_rec, weight, same = a
   plane = length * n_local
-  for j in range(fired.shape[0]):
-    if fired[j]:
-      for k in range(np.uint64(indptr[j]), np.uint64(indptr[j + 1])):
+  n_pre = fired.shape[0]
+  # one delay: the slot once a call (a delay is at most L, see below)
+  slot0 = t + _at(delay, 0)
+  if slot0 >= length:
+    slot0 -= length
+  j = _next(fired, 0)
+  while j < n_pre:
+    following = _next(fired, j + 1)
+    if following < n_pre:
+      lo, hi = np.uint64(indptr[following]), np.uint64(indptr[following + 1])
+      _prefetch(weight, lo, hi)
+      _prefetch(post, lo, hi)
+      _prefetch(rec, lo, hi)
+      if not same:
+        _prefetch(delay, lo, hi)
+    lo, hi = np.uint64(indptr[j]), np.uint64(indptr[j + 1])
+    if same and slot0 < length:
+      for k in range(lo, hi):
+        p = _at(post, k)
+        r = _at(rec, k)
+        if p < n_local and r < n_rec:
+          out[r * plane + slot0 * n_local + p] += weight[k]
+    elif not same:
+      for k in range(lo, hi):
         p = _at(post, k)
         slot = t + _at(delay, k)
         # One subtraction, not a loop: a conditional move, where a loop's
@@ -197,6 +279,16 @@ def _rows(a, post, delay, rec):
         r = _at(rec, k)
         if p < n_local and r < n_rec and slot < length:
           out[r * plane + slot * n_local + p] += weight[k]
+    j = following
+
+
+@numba.njit(cache=True)
+def _next(fired, j):
+  """The first fired neuron from ``j`` on (``len(fired)``: none)."""
+  n = fired.shape[0]
+  while j < n and not fired[j]:
+    j += 1
+  return j
 
 
 @numba.njit(cache=True)

@@ -65,7 +65,7 @@ from brainshard._simulation.random import blocks
 
 __all__ = ["poisson_table", "binomial_table", "poisson_plan",
            "binomial_plan", "sample", "sample_guided", "counts", "guide",
-           "guide_plan", "guided", "ONE"]
+           "guide_plan", "guided", "guided_at", "ONE"]
 
 ONE = 1 << 31        # T[k] that no draw passes (draws are 31 bits)
 _SHIFT = (1 << 30) + 1  # stored: T[k] - _SHIFT, compared with x - 2**30
@@ -352,6 +352,18 @@ def guided(bits: jax.Array, entries: Any, extra: Sequence[Any] = ()
   out = (e & np.int32(_BASE)) + (e >= (offset << np.int32(7))).astype(
       jnp.int32)
   return out + counts(bits, list(extra)) if len(extra) else out
+
+
+def guided_at(bits: jax.Array, entries: Any, at: jax.Array) -> jax.Array:
+  """:func:`guided` with a guide per element: ``entries`` holds guides
+  side by side (flat), element ``i``'s from ``at[i]`` on (each guide with
+  no ``extra`` rows). One gather whatever guide an element reads."""
+  y = jax.lax.bitcast_convert_type(bits, jnp.int32) >> 1
+  index, offset = _bucket(y)
+  # one gather, used twice (a third use splits it from the hash's fusion)
+  e = jnp.asarray(entries).at[at + index].get(mode="promise_in_bounds")
+  return (e & np.int32(_BASE)) + (e >= (offset << np.int32(7))).astype(
+      jnp.int32)
 
 
 # ----------------------------------------------------------------------------
