@@ -123,8 +123,8 @@ class Recorder:
     the step is traced again, here, and that trace is kept)."""
     if self._probe is None:
       self.discover()
-    # a State placed since (another sharding in its aval) or resized: the
-    # step runs once more, in this trace, and that trace is kept
+    # cached unless a State was placed (another sharding in its aval) or
+    # resized since
     found = self._probe.discover(np.int32(0))
     out, written = evaluate(found, [i], [s.value for s in found.read_states])
     for s, v in zip(found.write_states, written):
