@@ -564,3 +564,45 @@ def test_one_to_one_and_all_to_all(n_shards):
   assert pairs == want
   with pytest.raises(ValueError, match="OneToOne needs populations of one size"):
     build(1, [bm.Projection('E', 'I', bm.OneToOne())])
+
+
+def _index_arrays(idx):
+  fields = ("indptr", "post", "weight", "delay", "receptor", "count")
+  arrays = {k: None if getattr(idx, k) is None else
+            np.asarray(getattr(idx, k)) for k in fields}
+  return arrays, (idx.capacity, idx.max_degree, idx.min_delay, idx.max_delay)
+
+
+@pytest.mark.parametrize("n_shards, keep", [
+    (1, [0, 1, 3, 4, 5]),   # every rule but pairwise_bernoulli(p < 1)
+    (3, [0, 4, 5])])        # in-degrees and explicit arrays on any mesh
+def test_rules_that_know_their_counts_build_in_one_program(
+    monkeypatch, n_shards, keep):
+  """Where each shard's count is known before drawing, the capacity is
+  too, and both passes run as one program: one compile, not two, and the
+  same index (arrays, capacity, degrees, delays) as the two passes."""
+  from brainshard._models.connectivity import connect as connect_module
+  from _util import count_compiles
+  projections = [network()[i] for i in keep] + [
+      bm.Projection('I', 'I', bm.AllToAll(autapses=False), delay=0.2)]
+  build(n_shards, [network()[5]])  # placing explicit arrays compiles
+  with count_compiles() as one:
+    merged = build(n_shards, projections)
+  monkeypatch.setattr(connect_module, "exact_counts", lambda *a: None)
+  with count_compiles() as two:
+    passes = build(n_shards, projections)
+  assert (one.count, two.count) == (1, 2)
+  a, meta = _index_arrays(merged)
+  b, meta_b = _index_arrays(passes)
+  assert meta == meta_b
+  for k in a:
+    np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def test_a_count_a_rule_got_wrong_is_an_error(monkeypatch):
+  from brainshard._models.connectivity import rules
+  monkeypatch.setattr(rules.FixedInDegree, "exact_count",
+                      lambda self, plan, lo, hi: 1)
+  with pytest.raises(AssertionError, match=r"drew \[20\] synapses where "
+                     r"their rules said \[1\]"):
+    build(1, [bm.Projection('E', 'I', bm.FixedInDegree(1))])

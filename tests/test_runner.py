@@ -620,6 +620,34 @@ def test_a_continued_run_compiles_and_traces_nothing(axis_type):
   np.testing.assert_array_equal(res.s.neurons, want.s.neurons)
 
 
+def test_the_step_python_runs_once_for_every_chunk_program():
+  """The recorder's probe is the step's trace: both chunk programs (16
+  and 8 steps) evaluate its jaxpr (their scans trace their bodies twice:
+  5 traces before), still place the States as the step's shard_map says,
+  and give the numbers of the unsharded run, whose chunk of 40 traces the
+  step once. On the mesh the step is traced once more, as the first chunk
+  places ``table`` and ``count`` (replicated over the mesh: another aval
+  than on one device)."""
+  mesh = jax.make_mesh((8,), ("x",))
+  v, table, count, step, traces = counter_net(mesh)
+  runner = bs.Runner(step, {"s": bs.SpikeMonitor()}, chunk=16,
+                     progress=False)
+  res = runner.run(40)
+  assert len(traces) == 2
+  assert table.sharding.mesh == mesh
+  v1, _, _, step1, traces1 = counter_net()
+  want = bs.Runner(step1, {"s": bs.SpikeMonitor()}, chunk=40,
+                   progress=False).run(40)
+  assert len(traces1) == 1
+  np.testing.assert_array_equal(np.asarray(v.value), np.asarray(v1.value))
+  np.testing.assert_array_equal(res.s.steps, want.s.steps)
+  np.testing.assert_array_equal(res.s.neurons, want.s.neurons)
+  table.value = jnp.linspace(0.0, 0.2, 16)  # a new shape: the step runs
+  with pytest.warns(UserWarning, match="compiles again"):
+    runner.run(16)
+  assert len(traces) == 3 and int(count.value) == 56
+
+
 def test_compile_ahead_of_time_then_the_run_compiles_nothing():
   mesh = jax.make_mesh((8,), ("x",))
   v, table, count, step, _ = counter_net(mesh)

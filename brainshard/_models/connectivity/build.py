@@ -15,7 +15,11 @@ synapses: the index is the only array of its size.
 
 Both run per shard inside ``bs.shard_map``; ``lo``/``hi`` (the shard's
 global ids) come from ``lax.axis_index`` and only select targets, never
-seed a draw.
+seed a draw. Where every projection knows each shard's number of synapses
+before drawing (:func:`exact_counts`: a fixed in-degree, a total number
+into one shard, ...), the fill's capacity is known ahead and the two
+passes run as one program (:func:`both_passes`): the same code, one
+compile instead of two.
 
 Example: see :func:`brainshard._models.connectivity.connect.connect`.
 """
@@ -34,7 +38,8 @@ from brainshard._models.connectivity.parameters import (
     Parameter, sample_encoded)
 from brainshard._models.connectivity.rules import Plan, Units
 
-__all__ = ["Spec", "Row", "Group", "groups", "count_pass", "fill_pass"]
+__all__ = ["Spec", "Row", "Group", "groups", "count_pass", "fill_pass",
+           "both_passes", "exact_counts"]
 
 
 @dataclass(frozen=True)
@@ -325,4 +330,35 @@ def fill_pass(specs: Sequence[Spec], *, seed: int, axis: str, n_local: int,
             out, m, i, lo, hi, n_pre, capacity, group, per_ms), out)
       out = _members(group, args, seed_key, lo, hi, out, member)
     return tuple(out)[:6]
+  return run
+
+
+def exact_counts(specs: Sequence[Spec], n_local: int, n_shards: int
+                 ) -> list[int] | None:
+  """Each shard's number of synapses where every projection knows it
+  before drawing (``Rule.exact_count``), else None."""
+  out = []
+  for s in range(n_shards):
+    lo, hi, total = s * n_local, (s + 1) * n_local, 0
+    for spec in specs:
+      n = spec.plan.rule.exact_count(spec.plan, lo, hi)
+      if n is None:
+        return None
+      total += n
+    out.append(total)
+  return out
+
+
+def both_passes(specs: Sequence[Spec], *, seed: int, axis: str, n_local: int,
+                n_pre: int, capacity: int, dt: float, dtypes: dict):
+  """Pass 1 then pass 2 in one per-shard function, for a ``capacity``
+  known ahead (:func:`exact_counts`): ``(*explicit arrays) -> (indptr,
+  count, max_degree) + pass 2's outputs``."""
+  kw = dict(seed=seed, axis=axis, n_local=n_local, n_pre=n_pre)
+  count = count_pass(specs, **kw)
+  fill = fill_pass(specs, capacity=capacity, dt=dt, dtypes=dtypes, **kw)
+
+  def run(*args):
+    indptr, n, degree = count(*args)
+    return (indptr, n, degree) + fill(indptr, *args)
   return run

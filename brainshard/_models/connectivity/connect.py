@@ -36,7 +36,8 @@ from brainshard._transforms.shard_map.shard_map import shard_map
 from brainshard._models.delays import (
     check_dt, delay_steps, to_steps, too_short)
 from brainshard._models.layout import Layout, mesh_axis
-from brainshard._models.connectivity.build import Spec, count_pass, fill_pass
+from brainshard._models.connectivity.build import (
+    Spec, both_passes, count_pass, exact_counts, fill_pass)
 from brainshard._models.connectivity.projection import Projection
 from brainshard._models.connectivity.rules import Explicit
 from brainshard._models.delivery.index import SynapseIndex, field_dtypes
@@ -163,11 +164,14 @@ def connect(projections: Sequence[Projection], layout: Layout, *, dt: float,
   kw = dict(seed=int(seed), axis=axis, n_local=n_local, n_pre=n_pre)
   args = [a for a in arrays if a is not None]
   rep = (P(),) * len(args)
-  indptr, count, degree = shard_map(
-      _with_none(count_pass(specs, **kw), arrays), mesh=mesh,
-      in_specs=rep, out_specs=P(axis))(*args)
-  count_h, degree_h = jax.device_get((count, degree))  # 2S scalars
-  capacity = max(1, int(count_h.max()))
+  exact = exact_counts(specs, n_local, S)
+  indptr = None
+  if exact is None:  # pass 1 on its own: the capacity is its count
+    indptr, count, degree = shard_map(
+        _with_none(count_pass(specs, **kw), arrays), mesh=mesh,
+        in_specs=rep, out_specs=P(axis))(*args)
+    exact = jax.device_get(count)  # S scalars
+  capacity = max(1, int(max(exact)))
   n_receptors = 1 + max([1 if p.receptor == "sign" else int(p.receptor)
                          for p in projections] or [0])
   # The delay field's dtype must be fixed before the fill: take it from an
@@ -178,6 +182,9 @@ def connect(projections: Sequence[Projection], layout: Layout, *, dt: float,
   while True:
     out = _fill(specs, dtypes, mesh, axis, capacity, float(dt), kw, arrays,
                 indptr, args)
+    if indptr is None:
+      indptr, count, degree, *out = out
+      _check_counts(exact, count)
     post, weight, delay, receptor, dmin, dmax = out
     dmin = np.asarray(dmin).reshape(S, -1).min(0) if specs else np.ones(1)
     dmax = np.asarray(dmax).reshape(S, -1).max(0) if specs else np.ones(1)
@@ -193,6 +200,7 @@ def connect(projections: Sequence[Projection], layout: Layout, *, dt: float,
     dtypes = dict(dtypes, delay=want)
   if want != dtypes["delay"]:  # the bound was loose: one narrow copy
     delay = delay.astype(want)
+  degree_h = jax.device_get(degree)  # S scalars
   return SynapseIndex(
       indptr, post, weight, delay, receptor, count, n_pre=n_pre,
       n_local=n_local, n_shards=S, capacity=capacity,
@@ -202,14 +210,30 @@ def connect(projections: Sequence[Projection], layout: Layout, *, dt: float,
 
 
 def _fill(specs, dtypes, mesh, axis, capacity, dt, kw, arrays, indptr, args):
-  """Pass 2, compiled ahead and run: the index's per-synapse arrays."""
+  """Pass 2, compiled ahead and run: the index's per-synapse arrays; with
+  ``indptr`` None, passes 1 and 2 in one program (``indptr``, ``count``
+  and ``max_degree`` first)."""
   rep = (P(),) * len(args)
+  made = dict(capacity=capacity, dt=dt, dtypes=dtypes, **kw)
+  if indptr is None:
+    fun, in_specs, head = both_passes(specs, **made), rep, ()
+  else:
+    fun, in_specs, head = fill_pass(specs, **made), (P(axis),) + rep, (
+        indptr,)
   fill = jit(shard_map(
-      _with_none(fill_pass(specs, capacity=capacity, dt=dt, dtypes=dtypes,
-                           **kw), arrays, first=1), mesh=mesh,
-      in_specs=(P(axis),) + rep, out_specs=P(axis))).compile(indptr, *args)
+      _with_none(fun, arrays, first=len(head)), mesh=mesh,
+      in_specs=in_specs, out_specs=P(axis))).compile(*head, *args)
   _release_freed_heap()  # the compiler's freed pages, before the index
-  return fill(indptr, *args)
+  return fill(*head, *args)
+
+
+def _check_counts(exact: list[int], count: Any) -> None:
+  """The synapses each shard drew are those its rules said it would."""
+  got = [int(c) for c in np.asarray(jax.device_get(count)).reshape(-1)]
+  if got != [int(c) for c in exact]:
+    raise AssertionError(f"connect: shards drew {got} synapses where their "
+                         f"rules said {list(exact)} (a rule's exact_count "
+                         "is wrong).")
 
 
 def _delay_bound(specs, arrays, dt: float) -> int:

@@ -207,6 +207,26 @@ class Rule:
     the projection draws them."""
     return None, None
 
+  def exact_count(self, plan: Plan, lo: int, hi: int) -> int | None:
+    """The synapses a shard holding targets ``[lo, hi)`` gets, where that
+    is known before drawing (``plan``'s numbers as Python numbers); else
+    None."""
+    return None
+
+
+def _overlap(span: tuple, lo: int, hi: int) -> int:
+  """How many ids of ``span`` lie in ``[lo, hi)``."""
+  return max(0, min(span[1], hi) - max(span[0], lo))
+
+
+def _all_or_none(plan: Plan, lo: int, hi: int, total: int) -> int | None:
+  """``total`` where the shard holds all of ``plan``'s targets, 0 where it
+  holds none, else None (how they split is drawn)."""
+  inside = _overlap(plan.post, lo, hi)
+  if inside == 0:
+    return 0
+  return total if inside == plan.post[1] - plan.post[0] else None
+
 
 def _empty(pre: tuple, post: tuple, where: str, rule: str,
            side: str) -> None:
@@ -274,6 +294,9 @@ class FixedInDegree(_Degree, _TargetUnits):
   nest_name: ClassVar[str] = "fixed_indegree"
   nest_params: ClassVar[dict] = {"indegree": "k"}
 
+  def exact_count(self, plan, lo, hi):
+    return int(plan.number) * _overlap(plan.post, lo, hi)
+
   def units(self, plan, i, aux, key, lo, hi):
     t, okt = self._targets(plan, i, lo, hi)
     keys = unit_keys(key, t - plan.post[0])
@@ -308,6 +331,17 @@ class PairwiseBernoulli(_TargetUnits):
 
   def width(self, pre, post):
     return pre[1] - pre[0]
+
+  def exact_count(self, plan, lo, hi):
+    # u < p: always for p = 1 (u < 1), never for p = 0
+    targets = (max(plan.post[0], lo), min(plan.post[1], hi))
+    n = _overlap(targets, lo, hi)
+    if n == 0 or plan.p == 0.0:
+      return 0
+    if plan.p != 1.0:
+      return None
+    own = 0 if self.autapses else _overlap(plan.pre, *targets)
+    return (plan.pre[1] - plan.pre[0]) * n - own
 
   def units(self, plan, i, aux, key, lo, hi):
     t, okt = self._targets(plan, i, lo, hi)
@@ -349,6 +383,10 @@ class FixedOutDegree(_Degree):
 
   def n_units(self, plan, aux, lo, hi):
     return jnp.asarray(plan.pre[1] - plan.pre[0], jnp.int32)
+
+  def exact_count(self, plan, lo, hi):
+    return _all_or_none(plan, lo, hi,
+                        int(plan.number) * (plan.pre[1] - plan.pre[0]))
 
   def units(self, plan, i, aux, key, lo, hi):
     g = plan.units_per_chunk
@@ -474,6 +512,9 @@ class FixedTotalNumber(Rule):
   def n_units(self, plan, aux, lo, hi):
     return self._span(plan, aux, lo, hi)[1]
 
+  def exact_count(self, plan, lo, hi):
+    return _all_or_none(plan, lo, hi, int(plan.number))
+
   def units(self, plan, i, aux, key, lo, hi):
     start, n = self._span(plan, aux, lo, hi)
     g = start + i * plan.units_per_chunk + jnp.arange(
@@ -562,6 +603,10 @@ class Explicit(Rule):
 
   def n_units(self, plan, aux, lo, hi):
     return jnp.int32(-(-self.length // SLOTS))
+
+  def exact_count(self, plan, lo, hi):
+    post = plan.post[0] + self.post
+    return int(np.count_nonzero((post >= lo) & (post < hi)))
 
   @staticmethod
   def _slice(plan, arr, i):

@@ -20,7 +20,8 @@ from brainshard._simulation.monitors.monitors import (
     RateMonitor, SpikeMonitor, StateMonitor, source_key,
     source_name)
 from brainshard._core.state.state import State
-from brainshard._core.discovery import DiscoveryCache
+from brainshard._core.discovery import DiscoveryCache, evaluate
+from brainshard._core.threads import frame_stack
 
 __all__ = ["Recorder"]
 
@@ -56,6 +57,7 @@ class Recorder:
     self.sparse = [n for n, m in self.monitors.items()
                    if isinstance(m, StateMonitor) and m.every > 1]
     self._avals: Any = None
+    self._probe: DiscoveryCache | None = None
     self.capacity: dict[int, int] = {}
 
   def run_step(self, i: Any) -> Any:
@@ -77,7 +79,8 @@ class Recorder:
           except IndexError as e:
             raise IndexError(f"monitor {n!r}: {e}") from None
         return [m.read(out) for m in self.sources], traces
-      d = DiscoveryCache(probe).discover(np.int32(0))
+      self._probe = DiscoveryCache(probe, name="probe")
+      d = self._probe.discover(np.int32(0))
       for k, aval in enumerate(d.out_shapes[0]):
         self._check_spikes(k, aval)
       self._avals = d.out_shapes
@@ -111,6 +114,29 @@ class Recorder:
           "spikes must be bool (a number would count every non-zero value as "
           "a spike): return `v > th`, or cast with `.astype(bool)`.")
 
+  def recorded(self, i: Any) -> tuple[list, dict]:
+    """One step inside the chunk program: the spike vectors of the sources
+    and the traces' values. The step's Python ran once, in
+    :meth:`discover`; here its jaxpr is evaluated (the chunk's scan traces
+    its body twice, and a network's step takes longer to trace than its
+    jaxpr to evaluate), unless a State changed its signature since (then
+    the step is traced again, here, and that trace is kept)."""
+    if self._probe is None:
+      self.discover()
+    # cached unless a State was placed (another sharding in its aval) or
+    # resized since
+    found = self._probe.discover(np.int32(0))
+    out, written = evaluate(found, [i], [s.value for s in found.read_states])
+    for s, v in zip(found.write_states, written):
+      s.value = v
+    frames = frame_stack()
+    if frames:  # where the step's shard_maps read and leave their States
+      for s in found.states:
+        hint = found.placements.get(id(s))
+        if hint is not None:
+          frames[-1].hint_placement(s, hint)
+    return out
+
   def bytes_per_step(self) -> float:
     """Device bytes a chunk holds per step for its records."""
     (spikes, traces), _ = self.discover()
@@ -132,20 +158,20 @@ class Recorder:
 
   def body(self, carry: tuple, i: Any) -> tuple:
     i0, bufs, traces = carry
-    out = self.run_step(i)
+    spikes, values = self.recorded(i)
     base = i0 // _spikes.BITS
-    bufs = [_spikes.record_spikes(b, m.read(out), i, base)
-            for b, m in zip(bufs, self.sources)]
+    bufs = [_spikes.record_spikes(b, s, i, base)
+            for b, s in zip(bufs, spikes)]
     new_traces = {}
     for n, buf in traces.items():
       m = self.monitors[n]
       row = (i + 1) // m.every - 1 - i0 // m.every
 
-      def write(b, m=m, row=row):
-        return jax.tree.map(lambda b, v: b.at[row].set(v), b, m.value(out))
+      def write(b, v=values[n], row=row):
+        return jax.tree.map(lambda b, v: b.at[row].set(v), b, v)
       new_traces[n] = jax.lax.cond((i + 1) % m.every == 0, write,
                                    lambda b: b, buf)
-    ys = {n: self.monitors[n].value(out) for n in self.every1}
+    ys = {n: values[n] for n in self.every1}
     return (i0, bufs, new_traces), ys
 
   # -- after the chunk ---------------------------------------------------------
