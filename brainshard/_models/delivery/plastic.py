@@ -86,6 +86,7 @@ class PlasticSynapses:
     self.min_delay, self.max_delay = index.min_delay, index.max_delay
     self.n_receptors = index.n_receptors
     self.empty = index.max_degree == 0
+    self.lanes = max(LANES, index.max_degree)  # synapses a pass visits
     s = index.n_shards
     put = lambda x, spec=P(axis): jax.device_put(  # noqa: E731
         x, NamedSharding(mesh, spec))
@@ -129,6 +130,9 @@ class PlasticSynapses:
                "records": [r.values.value for r in self.recorders]}
     if self.seen is not None:
       carried["seen"] = self.seen.value
+      # the inexact updates per lane, summed into overflow at the end
+      carried["missed"] = jnp.zeros(self.lanes, jnp.int32) + (
+          self.overflow.value[0] * 0)  # varies over the mesh as it does
     consts = {"index": self.index.value,
               "records": [r.table.value for r in self.recorders]}
     if self.archive is not None:
@@ -141,6 +145,8 @@ class PlasticSynapses:
     self.overflow.value = carried["overflow"]
     if self.seen is not None:
       self.seen.value = carried["seen"]
+      self.overflow.value = carried["overflow"] + jnp.sum(
+          carried["missed"], dtype=jnp.int32)
     for rec, v in zip(self.recorders, carried["records"]):
       rec.values.value = v
 
@@ -153,7 +159,7 @@ class PlasticSynapses:
     if self.empty:
       return carried, buf
     n_pre = fired.shape[0]
-    lanes = max(LANES, index.max_degree)
+    lanes = self.lanes
     # rows a pass may take: twice as many as rows of the mean degree fill
     # the lanes (the ids' vector is that long, whatever fired)
     capacity = max(index.post.shape[0], 1)
@@ -167,9 +173,12 @@ class PlasticSynapses:
       ids = fired_ids(fired & (ids_of >= start), cap)
       slots = row_slots(index, ids, lanes)  # the whole rows that fit
       carried, buf = self._rows(carried, consts, buf, slots, t)
-      taken = slots.ids < n_pre
-      nxt = jnp.max(jnp.where(taken, slots.ids, -1)) + 1
-      return carried, buf, nxt, left - jnp.sum(taken, dtype=jnp.int32)
+      # ids holds min(left, cap) fired ones, then n_pre: the next pass
+      # starts at the first that did not fit (no reduction over the ids)
+      nxt = jnp.where(slots.fit < cap, ids[jnp.minimum(slots.fit, cap - 1)],
+                      ids[cap - 1] + 1)
+      return carried, buf, nxt, left - jnp.minimum(
+          slots.fit, jnp.minimum(left, cap))
 
     left = jnp.sum(fired, dtype=jnp.int32)
     carried, buf, _, _ = jax.lax.while_loop(
@@ -198,7 +207,7 @@ class PlasticSynapses:
                       slots=slots)
       carried = dict(carried, weight=out.weight, seen=out.seen,
                      pre={"kplus": out.kplus, "t_last": out.t_last},
-                     overflow=carried["overflow"] + out.inexact)
+                     missed=carried["missed"] + out.missed)
     return carried, _add(buf, index, slots, t, out.delivered)
 
 

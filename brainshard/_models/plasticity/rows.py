@@ -19,11 +19,11 @@ Example:
   >>> from brainshard._models.plasticity.rows import row_slots
   >>> idx = index_from_arrays([0, 1, 0], [1, 0, 0], [1., 2., 3.], [1, 1, 2],
   ...                         n=2)
-  >>> pos, ok, _, _ = row_slots(idx, jnp.array([0, 2]))  # neuron 0, none
+  >>> pos, ok, *_ = row_slots(idx, jnp.array([0, 2]))  # neuron 0, none
   >>> pos.tolist(), ok.tolist()
   ([[0, 1], [2, 2]], [[True, True], [False, False]])
-  >>> pos, ok, row, ids = row_slots(idx, jnp.array([0, 1]), lanes=4)  # flat
-  >>> pos.tolist(), ok.tolist(), row.tolist(), ids.tolist()
+  >>> pos, ok, row, ids, _ = row_slots(idx, jnp.array([0, 1]), lanes=4)
+  >>> pos.tolist(), ok.tolist(), row.tolist(), ids.tolist()  # flat
   ([0, 1, 2, 2], [True, True, True, False], [0, 0, 1, 1], [0, 1])
   >>> row_slots(idx, jnp.array([0, 1]), lanes=2).ids.tolist()  # 1 next time
   [0, 2]
@@ -55,13 +55,15 @@ _PAST = 2 ** 30
 class Slots(NamedTuple):
   """Where :func:`row_slots` put the rows: ``pos`` (int32 slots, clipped
   into the index), ``ok`` (the lanes that hold a synapse), ``row`` (each
-  lane's place in ``ids``) and ``ids``: the ones whose rows the lanes
-  hold (the others ``n_pre``)."""
+  lane's place in ``ids``), ``ids``: the ones whose rows the lanes hold
+  (the others ``n_pre``) and ``fit``: how many of the given ids that is
+  (int32, ``n_pre`` ones counted: they fit anywhere)."""
 
   pos: jax.Array
   ok: jax.Array
   row: jax.Array
   ids: jax.Array
+  fit: jax.Array
 
 
 def row_slots(index: SynapseIndex, ids: jax.Array,
@@ -73,15 +75,17 @@ def row_slots(index: SynapseIndex, ids: jax.Array,
   synapses one after the other, no lane spent on padding, as many whole
   rows as fit (the first always does when ``lanes >= max_degree``)."""
   ids = jnp.asarray(ids, jnp.int32)
+  k = ids.shape[0]
   if lanes is None:
     pos, ok = row_lanes(index.indptr, ids, index.max_degree,
                         index.post.shape[0])
-    return Slots(pos, ok, jnp.arange(ok.shape[0])[:, None], ids)
-  n_pre, k = index.n_pre, ids.shape[0]
+    return Slots(pos, ok, jnp.arange(k)[:, None], ids, jnp.int32(k))
+  n_pre = index.n_pre
   start = index.indptr[jnp.minimum(ids, n_pre)]
   deg = index.indptr[jnp.minimum(ids + 1, n_pre)] - start
   end = jnp.cumsum(deg)
-  fits = end <= lanes
+  fits = end <= lanes  # a prefix: the ends grow
+  fit = jnp.sum(fits, dtype=jnp.int32)
   ids = jnp.where(fits, ids, n_pre)
   end = jnp.where(fits, end, lanes)  # the rows that do not fit: no lanes
   lane = jnp.arange(lanes, dtype=jnp.int32)
@@ -89,8 +93,9 @@ def row_slots(index: SynapseIndex, ids: jax.Array,
   row = jnp.cumsum(jnp.zeros(lanes + 1, jnp.int32).at[end].add(1))[:lanes]
   row = jnp.minimum(row, k - 1)
   pos = start[row] + lane - (end[row] - deg[row])
+  used = jnp.where(fit > 0, end[jnp.maximum(fit - 1, 0)], 0)
   return Slots(jnp.clip(pos, 0, max(index.post.shape[0] - 1, 0)),
-               lane < jnp.max(end * fits), row, ids)
+               lane < used, row, ids, fit)
 
 
 def _put(array: jax.Array, pos, ok, values) -> jax.Array:
@@ -104,8 +109,9 @@ class PairRows(NamedTuple):
   """After :func:`pair_rows`: the weights ``[capacity]``, ``kplus`` and
   ``t_last`` ``[n_pre]``, the delivered weights (:func:`row_slots`' lanes),
   ``inexact``, the count of synapse updates that may have missed a post
-  spike (the post neurons' history was too short), and ``seen``
-  ``[capacity]`` (None when not given)."""
+  spike (the post neurons' history was too short), ``seen``
+  ``[capacity]`` (None when not given) and ``missed``: the lanes of those
+  updates (summed once a block by a network, not once a pass)."""
 
   weight: jax.Array
   kplus: jax.Array
@@ -113,6 +119,7 @@ class PairRows(NamedTuple):
   delivered: jax.Array
   inexact: jax.Array
   seen: jax.Array | None = None
+  missed: jax.Array | None = None
 
 
 def pair_rows(rule: PairRule, ids, t, index: SynapseIndex, weight, kplus,
@@ -130,7 +137,9 @@ def pair_rows(rule: PairRule, ids, t, index: SynapseIndex, weight, kplus,
   start), when kept: an update then reads only the post spikes since its
   synapse's last one; ``slots``: :func:`row_slots`' answer, when the caller
   has it (the rows of ``slots.ids`` are updated)."""
-  pos, ok, row, ids = row_slots(index, ids, lanes) if slots is None else slots
+  if slots is None:
+    slots = row_slots(index, ids, lanes)
+  pos, ok, row, ids, _ = slots
   n_pre = kplus.shape[0]
   mine = jnp.minimum(ids, n_pre - 1)
   post = index.post[pos].astype(jnp.int32)
@@ -143,13 +152,14 @@ def pair_rows(rule: PairRule, ids, t, index: SynapseIndex, weight, kplus,
                     None if seen is None else jnp.where(ok, seen[pos], _PAST))
   new_k = pre_trace(kplus[mine], t_last[mine], t, rule.tau_plus, dt)
   stamp = jnp.full(ids.shape, t, jnp.int32)
+  missed = ok & ~out.exact
   return PairRows(
       _put(weight, pos, ok, out.weight),
       kplus.at[ids].set(new_k.astype(kplus.dtype), mode="drop"),
       t_last.at[ids].set(stamp, mode="drop"),
       jnp.where(ok, out.weight, 0),
-      jnp.sum(ok & ~out.exact, dtype=jnp.int32),
-      None if seen is None else _put(seen, pos, ok, out.seen))
+      jnp.sum(missed, dtype=jnp.int32),
+      None if seen is None else _put(seen, pos, ok, out.seen), missed)
 
 
 class Tsodyks2Rows(NamedTuple):
@@ -171,7 +181,9 @@ def tsodyks2_rows(model: Tsodyks2Synapse, ids, t, index: SynapseIndex,
   presynaptic neuron (its synapses share the model's parameters),
   ``weight [capacity]`` per slot (unchanged); ``lanes``: as
   :func:`row_slots`; ``slots``: as :func:`pair_rows`."""
-  pos, ok, row, ids = row_slots(index, ids, lanes) if slots is None else slots
+  if slots is None:
+    slots = row_slots(index, ids, lanes)
+  pos, ok, row, ids, _ = slots
   mine = jnp.minimum(ids, u.shape[0] - 1)
   out = tsodyks2_update(model, 1.0, u[mine], x[mine], t_last[mine], t, dt)
   amp = out.amplitude[row] * weight[pos]
