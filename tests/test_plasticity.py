@@ -62,20 +62,31 @@ def reference(facilitate, depress, pre, post, delay, w, tau_plus=TAU_PLUS,
 
 def one_synapse(rule, pre, post, delay, w0, size, dtype=jnp.float64):
   """pair_update driven spike by spike: ``(weights after each pre spike,
-  inexact updates)``. Post spikes are recorded up to each pre spike."""
+  inexact updates)``. Post spikes are recorded up to each pre spike. Run
+  twice, the window found by walking the history and from the synapse's
+  ``seen`` (as a network keeps it): the same bits."""
+  runs = [_one_synapse(rule, pre, post, delay, w0, size, dtype, kept)
+          for kept in (False, True)]
+  np.testing.assert_array_equal(runs[0][0], runs[1][0])
+  assert runs[0][1] == runs[1][1]
+  return runs[0]
+
+
+def _one_synapse(rule, pre, post, delay, w0, size, dtype, kept):
   hist = post_history(1, size, dtype)
   w, kplus, t_last = jnp.asarray([w0], dtype), jnp.zeros(1, dtype), 0
+  seen = jnp.zeros(1, jnp.int32)
   add = jax.jit(lambda h, t: record(h, jnp.array([True]), t, TAU_MINUS, DT))
-  update = jax.jit(lambda w, kplus, t_last, t, h: pair_update(
+  update = jax.jit(lambda w, kplus, t_last, t, h, seen: pair_update(
       rule, w, kplus, t_last, t, jnp.array([delay]), jnp.array([0]), h,
-      TAU_MINUS, DT))
+      TAU_MINUS, DT, seen if kept else None))
   out, bad, i = [], 0, 0
   for t in pre:
     while i < len(post) and post[i] <= t:
       hist = add(hist, int(post[i]))
       i += 1
-    res = update(w, kplus, jnp.array([t_last]), int(t), hist)
-    w, kplus, t_last = res.weight, res.kplus, int(t)
+    res = update(w, kplus, jnp.array([t_last]), int(t), hist, seen)
+    w, kplus, t_last, seen = res.weight, res.kplus, int(t), res.seen
     out.append(float(w[0]))
     bad += int(~res.exact[0])
   return np.array(out), bad
@@ -207,20 +218,22 @@ def run_sharded(shards, fired, pre, post, delay, w0):
     first = jax.lax.axis_index("x") * n_local
     weight = index.weight.astype(jnp.float64)
     state = (weight, jnp.zeros(n, jnp.float64), jnp.zeros(n, jnp.int32),
-             post_history(n_local, 16, jnp.float64), jnp.int32(0))
+             post_history(n_local, 16, jnp.float64), jnp.int32(0),
+             jnp.zeros(weight.shape, jnp.int32))
     # per-shard state: each shard's own (as States sharded P('x') are)
     state = (state[0],) + jax.tree.map(
         lambda a: jax.lax.pcast(a, ("x",), to="varying"), state[1:])
 
     def step(state, x):
-      weight, kplus, t_last, hist, bad = state
+      weight, kplus, t_last, hist, bad, seen = state
       s, spikes = x
       mine = jax.lax.dynamic_slice_in_dim(spikes, first, n_local)
       hist = record(hist, mine, s, TAU_MINUS, DT)
       ids = jnp.nonzero(spikes, size=8, fill_value=n)[0]
       out = pair_rows(rule, ids, s, index, weight, kplus, t_last, hist,
-                      TAU_MINUS, DT)
-      return (out.weight, out.kplus, out.t_last, hist, bad + out.inexact), None
+                      TAU_MINUS, DT, seen=seen)
+      return (out.weight, out.kplus, out.t_last, hist, bad + out.inexact,
+              out.seen), None
 
     xs = (jnp.arange(fired.shape[0], dtype=jnp.int32), fired)
     state, _ = jax.lax.scan(step, state, xs)

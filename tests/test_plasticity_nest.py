@@ -161,16 +161,19 @@ def run_stdp(params, tau_minus, index, weight, pre, post, static=()):
   t_last = jnp.zeros((n,), jnp.int32)
 
   def step(carry, x):
-    weight, kplus, t_last, hist, bad = carry
+    weight, kplus, t_last, hist, bad, seen = carry
     s, pre_s, post_s = x
     hist = record(hist, post_s, s, tau_minus, DT)
     ids = jnp.nonzero(pre_s, size=n, fill_value=n)[0]
+    # each synapse's windows start where its last ended (as a network's)
     out = pair_rows(rule, ids, s, index, weight, kplus, t_last, hist,
-                    tau_minus, DT)
-    carry = (out.weight, out.kplus, out.t_last, hist, bad + out.inexact)
+                    tau_minus, DT, seen=seen)
+    carry = (out.weight, out.kplus, out.t_last, hist, bad + out.inexact,
+             out.seen)
     return carry, out.weight
 
-  carry = (weight, kplus, t_last, hist, jnp.int32(0))
+  carry = (weight, kplus, t_last, hist, jnp.int32(0),
+           jnp.zeros(weight.shape, jnp.int32))
   xs = (jnp.arange(STEPS, dtype=jnp.int32), pre, post)
   carry, ws = jax.lax.scan(step, carry, xs)
   return ws, carry[1], carry[4]

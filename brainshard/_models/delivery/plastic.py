@@ -14,6 +14,10 @@ delivery kernel stays as fast as it is): :class:`PlasticSynapses` holds
   for a pair rule; ``u``, ``x``, ``t_last`` for ``tsodyks2_synapse``),
   ``[S * n_pre]``: every shard keeps a copy of ``[n_pre]`` and updates it
   with the same arithmetic from the same spikes: identical bits;
+* ``seen [S * capacity]`` (pair rules): per synapse, the post spikes
+  its updates have passed (int32, where the synapse lives): an update reads
+  only the post spikes since the synapse's previous one, never walking
+  back through the post neuron's history;
 * ``overflow [S]``: updates that may have missed a post spike (the
   archive's bound ``H`` was too small), an int per shard.
 
@@ -48,7 +52,7 @@ from brainshard._models.delivery.events import fired_ids
 from brainshard._models.delivery.index import SynapseIndex
 from brainshard._models.plasticity.pair_rule import PairRule
 from brainshard._models.plasticity.rows import (
-    pair_rows, row_slots, tsodyks2_rows)
+    Slots, pair_rows, row_slots, tsodyks2_rows)
 from brainshard._models.plasticity.tsodyks2 import Tsodyks2Synapse
 
 __all__ = ["PlasticSynapses", "LANES"]
@@ -82,6 +86,7 @@ class PlasticSynapses:
     self.min_delay, self.max_delay = index.min_delay, index.max_delay
     self.n_receptors = index.n_receptors
     self.empty = index.max_degree == 0
+    self.lanes = max(LANES, index.max_degree)  # synapses a pass visits
     s = index.n_shards
     put = lambda x, spec=P(axis): jax.device_put(  # noqa: E731
         x, NamedSharding(mesh, spec))
@@ -105,12 +110,16 @@ class PlasticSynapses:
                               spec=P(axis))
     self.overflow = ShortTermState(put(jnp.zeros((s,), jnp.int32)),
                                    name=f"{name}.overflow", spec=P(axis))
+    self.seen = None if archive is None else ShortTermState(
+        put(jnp.zeros(index.post.shape, jnp.int32)), name=f"{name}.seen",
+        spec=P(axis))
     self.recorders: list[Any] = []  # weight recorders (see weights.py)
 
   def states(self) -> list:
     """The States a run writes (weights, rule state, overflow, recorded
     values); the index is rebuilt by the same script."""
-    return [self.weight, self.pre, self.overflow] + [
+    seen = [] if self.seen is None else [self.seen]
+    return [self.weight, self.pre, self.overflow] + seen + [
         r.values for r in self.recorders]
 
   def read(self) -> tuple[dict, dict]:
@@ -119,6 +128,11 @@ class PlasticSynapses:
     carried = {"weight": self.weight.value, "pre": self.pre.value,
                "overflow": self.overflow.value,
                "records": [r.values.value for r in self.recorders]}
+    if self.seen is not None:
+      carried["seen"] = self.seen.value
+      # the inexact updates per lane, summed into overflow at the end
+      carried["missed"] = jnp.zeros(self.lanes, jnp.int32) + (
+          self.overflow.value[0] * 0)  # varies over the mesh as it does
     consts = {"index": self.index.value,
               "records": [r.table.value for r in self.recorders]}
     if self.archive is not None:
@@ -129,6 +143,10 @@ class PlasticSynapses:
   def write(self, carried: dict) -> None:
     self.weight.value, self.pre.value = carried["weight"], carried["pre"]
     self.overflow.value = carried["overflow"]
+    if self.seen is not None:
+      self.seen.value = carried["seen"]
+      self.overflow.value = carried["overflow"] + jnp.sum(
+          carried["missed"], dtype=jnp.int32)
     for rec, v in zip(self.recorders, carried["records"]):
       rec.values.value = v
 
@@ -141,27 +159,26 @@ class PlasticSynapses:
     if self.empty:
       return carried, buf
     n_pre = fired.shape[0]
-    lanes = max(LANES, index.max_degree)
+    lanes = self.lanes
     # rows a pass may take: twice as many as rows of the mean degree fill
     # the lanes (the ids' vector is that long, whatever fired)
     capacity = max(index.post.shape[0], 1)
     cap = min(n_pre, max(16, 2 * lanes * n_pre // capacity))
     ids_of = jnp.arange(n_pre, dtype=jnp.int32)
-    indptr = index.indptr
 
     def one_pass(c):
       carried, buf, start, left = c
       # one size, not first_fired's chain of sizes: on XLA:CPU each
       # lax.cond costs about as much as the larger top_k it saves
       ids = fired_ids(fired & (ids_of >= start), cap)
-      # the first of them whose synapses fit in the lanes (at least one: a
-      # row has at most max_degree)
-      deg = indptr[jnp.minimum(ids + 1, n_pre)] - indptr[ids]
-      m = jnp.sum((jnp.cumsum(deg) <= lanes) & (ids < n_pre),
-                  dtype=jnp.int32)
-      ids = jnp.where(jnp.arange(cap) < m, ids, n_pre)
-      carried, buf = self._rows(carried, consts, buf, ids, t, lanes)
-      return carried, buf, ids[m - 1] + 1, left - m
+      slots = row_slots(index, ids, lanes)  # the whole rows that fit
+      carried, buf = self._rows(carried, consts, buf, slots, t)
+      # ids holds min(left, cap) fired ones, then n_pre: the next pass
+      # starts at the first that did not fit (no reduction over the ids)
+      nxt = jnp.where(slots.fit < cap, ids[jnp.minimum(slots.fit, cap - 1)],
+                      ids[cap - 1] + 1)
+      return carried, buf, nxt, left - jnp.minimum(
+          slots.fit, jnp.minimum(left, cap))
 
     left = jnp.sum(fired, dtype=jnp.int32)
     carried, buf, _, _ = jax.lax.while_loop(
@@ -172,33 +189,35 @@ class PlasticSynapses:
               self.recorders, carried["records"], consts["records"])])
     return carried, buf
 
-  def _rows(self, carried, consts, buf, ids, t, lanes):
-    """One batch of fired ``ids`` (increasing; ``n_pre`` = none), their
-    synapses in ``lanes``, through the rule, their delivered values added
-    into ``buf``."""
+  def _rows(self, carried, consts, buf, slots, t):
+    """One batch of fired rows (``row_slots``' ``slots``: their synapses
+    in lanes) through the rule, their delivered values added into
+    ``buf``."""
     index, pre, stamp = consts["index"], carried["pre"], t + 1
     if isinstance(self.rule, Tsodyks2Synapse):
-      out = tsodyks2_rows(self.rule, ids, stamp, index, carried["weight"],
-                          pre["u"], pre["x"], pre["t_last"], self.dt, lanes)
+      out = tsodyks2_rows(self.rule, slots.ids, stamp, index,
+                          carried["weight"], pre["u"], pre["x"],
+                          pre["t_last"], self.dt, slots=slots)
       carried = dict(carried, pre={"u": out.u, "x": out.x,
                                    "t_last": out.t_last})
     else:
-      out = pair_rows(self.rule, ids, stamp, index, carried["weight"],
+      out = pair_rows(self.rule, slots.ids, stamp, index, carried["weight"],
                       pre["kplus"], pre["t_last"], consts["history"],
-                      consts["tau_minus"], self.dt, lanes)
-      carried = dict(carried, weight=out.weight,
+                      consts["tau_minus"], self.dt, seen=carried["seen"],
+                      slots=slots)
+      carried = dict(carried, weight=out.weight, seen=out.seen,
                      pre={"kplus": out.kplus, "t_last": out.t_last},
-                     overflow=carried["overflow"] + out.inexact)
-    return carried, _add(buf, index, ids, t, out.delivered, lanes)
+                     missed=carried["missed"] + out.missed)
+    return carried, _add(buf, index, slots, t, out.delivered)
 
 
-def _add(buf: jax.Array, index: SynapseIndex, ids: jax.Array, t,
-         values: jax.Array, lanes: int) -> jax.Array:
-  """``values [lanes]`` (the synapses of ``ids``' rows, one row after the
-  other) added into ``buf`` at receptor, slot ``(t + delay) % L``, target;
-  in lane order (global presynaptic order), unused lanes dropped."""
+def _add(buf: jax.Array, index: SynapseIndex, slots: Slots, t,
+         values: jax.Array) -> jax.Array:
+  """``values`` (in ``slots``' lanes: the rows one after the other) added
+  into ``buf`` at receptor, slot ``(t + delay) % L``, target; in lane
+  order (global presynaptic order), unused lanes dropped."""
   _, length, n_local = buf.shape
-  pos, ok, _ = row_slots(index, ids, lanes)
+  pos, ok = slots.pos, slots.ok
   i32 = lambda a: a.astype(jnp.int32)  # noqa: E731
   slot = (jnp.asarray(t, jnp.int32) + i32(index.delay[pos])) % length
   rec = 0 if index.receptor is None else i32(index.receptor[pos])

@@ -16,6 +16,8 @@ Wiring into delivery (a note for ``Delivery``; nothing here changes it):
   a projection's parameters shared they are kept per presynaptic neuron,
   ``[n_pre]`` on every shard (NEST keeps them per synapse; the dendritic
   delay, per synapse, only moves the window read from the post history).
+  And per synapse, for pair rules, ``seen``: the post spikes its updates
+  have passed, where its next window starts (``pair_rows(seen=...)``).
   Every shard updates its copy with the same arithmetic: identical bits.
 * Per post neuron, on its shard: a ``PostHistory`` (``[n_local, H]`` times
   and ``K_minus``, ``[n_local]`` count) and the neuron's ``tau_minus``.

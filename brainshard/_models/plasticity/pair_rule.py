@@ -73,14 +73,17 @@ class PairRule:
 
 class PairUpdate(NamedTuple):
   """What :func:`pair_update` returns, per synapse: the new ``weight``
-  (the one the spike delivers), the new ``kplus`` and ``t_last``, and
+  (the one the spike delivers), the new ``kplus`` and ``t_last``,
   ``exact``: False where the post neuron's ring no longer held an entry the
-  update may have needed (raise the history's size)."""
+  update may have needed (raise the history's size), and ``seen``: the
+  post spikes the synapse has now passed (stamped ``<= t - d``), where its
+  next update starts (its ``first``)."""
 
   weight: jax.Array
   kplus: jax.Array
   t_last: jax.Array
   exact: jax.Array
+  seen: jax.Array
 
 
 def pre_trace(kplus, t_last, t, tau_plus, dt: float) -> jax.Array:
@@ -93,7 +96,8 @@ def pre_trace(kplus, t_last, t, tau_plus, dt: float) -> jax.Array:
 
 @functools.partial(jax.jit, static_argnums=0)  # one program when eager
 def pair_update(rule: PairRule, weight, kplus, t_last, t, delay, post,
-                hist: PostHistory, tau_minus, dt: float) -> PairUpdate:
+                hist: PostHistory, tau_minus, dt: float,
+                first=None) -> PairUpdate:
   """The lazy update of synapses whose presynaptic neuron spiked at stamp
   ``t`` (steps; NEST's ``stdp_synapse::send``, see the module doc).
 
@@ -109,27 +113,66 @@ def pair_update(rule: PairRule, weight, kplus, t_last, t, delay, post,
     tau_minus: the post neurons' ``tau_minus`` (ms): a number, or per
       synapse (gathered by ``post``).
     dt: the step (ms).
+    first: the synapse's previous ``seen`` (int32, 0 before its first
+      update), when the caller keeps it: the window then starts there and
+      nothing walks back through the post spikes to ``t_last - d``.
   """
   weight = jnp.asarray(weight)
   kplus = jnp.asarray(kplus, weight.dtype)
   t_last = jnp.asarray(t_last, jnp.int32)
   d = jnp.asarray(delay).astype(jnp.int32)
-  start, end = t_last - d, jnp.asarray(t, jnp.int32) - d  # window (start, end]
-  first, stop, exact = window(hist, post, start, end)
-  count = stop - first
+  end = jnp.asarray(t, jnp.int32) - d  # the window: (t_last - d, end]
+  if first is None:
+    first, _, exact = window(hist, post, t_last - d, end)
+  else:
+    first, exact = _from_seen(hist, post, first)
 
-  def facilitate(j, w):
+  def grow(j, w, on):
+    """Facilitation by the window's ``j``-th post spike where ``on``."""
     t_post, _ = entry(hist, post, first + j)
     # NEST: minus_dt = t_lastspike - (t_post + dendritic_delay) < 0.
     minus_dt = (t_last - (t_post + d)).astype(w.dtype) * dt
     grown = rule.facilitate(w, kplus * jnp.exp(minus_dt / rule.tau_plus))
-    return jnp.where(j < count, grown, w)
+    return jnp.where(on, grown, w)
 
   w = jnp.broadcast_to(weight, jnp.broadcast_shapes(
       weight.shape, first.shape, kplus.shape))
-  w = jax.lax.fori_loop(0, jnp.max(count, initial=0), facilitate, w)
+  w, stop = _facilitate(hist, post, first, end, w, grow)
   w = rule.depress(w, k_minus(hist, post, end, tau_minus, dt, after=stop))
   return PairUpdate(w.astype(weight.dtype),
                     pre_trace(kplus, t_last, t, rule.tau_plus, dt),
                     jnp.broadcast_to(jnp.asarray(t, jnp.int32), t_last.shape),
-                    exact)
+                    exact, stop)
+
+
+def _from_seen(hist: PostHistory, post, seen):
+  """The window's ``first`` and ``exact`` from the synapses' ``seen``: the
+  ring holds entries ``count - H ..``; an update that needs an older one
+  is inexact and starts at the oldest held (as :func:`window` would)."""
+  p = jnp.clip(post.astype(jnp.int32), 0, hist.count.shape[0] - 1)
+  c = hist.count[p]
+  seen = jnp.asarray(seen, jnp.int32)
+  return (jnp.maximum(seen, c - hist.size),
+          (c <= hist.size) | (c - seen < hist.size))
+
+
+def _facilitate(hist: PostHistory, post, first, end, w, grow):
+  """``w`` through ``grow`` for each post spike from ``first`` on stamped
+  at most ``end``, oldest first, and where they stop (spike numbers): the
+  loop turns once per spike of the longest window, and once more."""
+  c = hist.count[jnp.clip(post.astype(jnp.int32), 0,
+                          hist.count.shape[0] - 1)]
+
+  def on(j):
+    """The lanes whose ``j``-th window spike exists (stamped <= end)."""
+    t_m, _ = entry(hist, post, first + j)
+    return (first + j < c) & (t_m <= end)
+
+  def turn(carry):
+    j, w, stop, now = carry
+    return j + 1, grow(j, w, now), stop + now, now & on(j + 1)
+
+  _, w, stop, _ = jax.lax.while_loop(
+      lambda carry: jnp.any(carry[3]), turn,
+      (jnp.int32(0), w, first, on(0)))
+  return w, stop
