@@ -87,7 +87,7 @@ class ShardMappedFunction:
 
   def _call(self, rules: Rules, args: tuple, kwargs: dict) -> Any:
     planner = self.planner
-    mesh = self.mesh if self.mesh is not None else planner.resolve_mesh()
+    mesh = planner.mesh if planner.mesh is not None else planner.resolve_mesh()
     if thread_frames.stack or not compat.at_top_level():
       return planner.run(mesh, args, kwargs)
     planner.take_fresh(None)  # a plan left by a failed call is stale
