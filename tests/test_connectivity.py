@@ -573,6 +573,7 @@ def _index_arrays(idx):
   return arrays, (idx.capacity, idx.max_degree, idx.min_delay, idx.max_delay)
 
 
+@pytest.mark.slow  # compiles each build anew, to count the programs
 @pytest.mark.parametrize("n_shards, keep", [
     (1, [0, 1, 3, 4, 5]),   # every rule but pairwise_bernoulli(p < 1)
     (3, [0, 4, 5])])        # in-degrees and explicit arrays on any mesh

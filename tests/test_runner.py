@@ -620,6 +620,7 @@ def test_a_continued_run_compiles_and_traces_nothing(axis_type):
   np.testing.assert_array_equal(res.s.neurons, want.s.neurons)
 
 
+@pytest.mark.slow
 def test_the_step_python_runs_once_for_every_chunk_program():
   """The recorder's probe is the step's trace: both chunk programs (16
   and 8 steps) evaluate its jaxpr (their scans trace their bodies twice:
