@@ -334,12 +334,12 @@ class PairwiseBernoulli(_TargetUnits):
 
   def exact_count(self, plan, lo, hi):
     # u < p: always for p = 1 (u < 1), never for p = 0
-    targets = (max(plan.post[0], lo), min(plan.post[1], hi))
-    n = _overlap(targets, lo, hi)
+    n = _overlap(plan.post, lo, hi)
     if n == 0 or plan.p == 0.0:
       return 0
     if plan.p != 1.0:
       return None
+    targets = (max(plan.post[0], lo), min(plan.post[1], hi))
     own = 0 if self.autapses else _overlap(plan.pre, *targets)
     return (plan.pre[1] - plan.pre[0]) * n - own
 

@@ -17,9 +17,10 @@ a bucket of the draw, one gather from the guides of all connections side
 by side, one compare), not by comparing with every row of a table chosen
 per neuron (a select per connection a row: the microcircuit's 8
 connections of 13-17 rows, 52 against 37 CPU us a step at scale 0.1); the
-counts are the rows' all the same. Each neuron gets exactly the element it gets from its own
-connection's draw (``Stimulus.add``: the block of the connection's draw
-that starts at the neuron's id), so the spikes are the same on any mesh.
+counts are the rows' all the same. Each neuron gets exactly the element it
+gets from its own connection's draw (``Stimulus.add``: the block of the
+connection's draw that starts at the neuron's id), so the spikes are the
+same on any mesh.
 
 :func:`passes` groups a network's connections: runs of Poisson generators
 with a table (``poisson_generator``'s ``constants``: a rate of at least

@@ -345,12 +345,7 @@ def guided(bits: jax.Array, entries: Any, extra: Sequence[Any] = ()
            ) -> jax.Array:
   """int32 counts of 31 of the ``bits`` (uint32) by the guide ``entries``
   and the compares of rows ``extra`` (:func:`guide`): :func:`counts`'s."""
-  y = jax.lax.bitcast_convert_type(bits, jnp.int32) >> 1
-  index, offset = _bucket(y)
-  # one gather, used twice (a third use splits it from the hash's fusion)
-  e = jnp.asarray(entries).at[index].get(mode="promise_in_bounds")
-  out = (e & np.int32(_BASE)) + (e >= (offset << np.int32(7))).astype(
-      jnp.int32)
+  out = _lookup(bits, entries)
   return out + counts(bits, list(extra)) if len(extra) else out
 
 
@@ -358,10 +353,18 @@ def guided_at(bits: jax.Array, entries: Any, at: jax.Array) -> jax.Array:
   """:func:`guided` with a guide per element: ``entries`` holds guides
   side by side (flat), element ``i``'s from ``at[i]`` on (each guide with
   no ``extra`` rows). One gather whatever guide an element reads."""
+  return _lookup(bits, entries, at)
+
+
+def _lookup(bits: jax.Array, entries: Any, at: Any = None) -> jax.Array:
+  """The guide's count of 31 of the ``bits``: the draw's bucket, one
+  gather of its entry (from ``at`` on), one compare."""
   y = jax.lax.bitcast_convert_type(bits, jnp.int32) >> 1
   index, offset = _bucket(y)
+  if at is not None:
+    index = at + index
   # one gather, used twice (a third use splits it from the hash's fusion)
-  e = jnp.asarray(entries).at[at + index].get(mode="promise_in_bounds")
+  e = jnp.asarray(entries).at[index].get(mode="promise_in_bounds")
   return (e & np.int32(_BASE)) + (e >= (offset << np.int32(7))).astype(
       jnp.int32)
 
