@@ -51,7 +51,7 @@ import jax
 import jax.numpy as jnp
 
 __all__ = ["DEFAULT_SIZE", "TAU_MINUS", "PostHistory", "post_history", "record",
-           "entry", "Window", "window", "k_minus"]
+           "entry", "spike_counts", "Window", "window", "k_minus"]
 
 DEFAULT_SIZE = 128
 # NEST's default tau_minus (ms): a parameter of every NEST neuron model (an
@@ -150,6 +150,13 @@ class Window(NamedTuple):
   exact: jax.Array
 
 
+def spike_counts(hist: PostHistory, post: jax.Array) -> jax.Array:
+  """How many spikes each of the neurons ``post`` has fired so far (the
+  number its next spike gets; ``post`` clipped to the neurons held)."""
+  return hist.count[jnp.clip(post.astype(jnp.int32), 0,
+                             hist.count.shape[0] - 1)]
+
+
 @jax.jit
 def window(hist: PostHistory, post: jax.Array, start: jax.Array,
            end: jax.Array) -> Window:
@@ -161,8 +168,7 @@ def window(hist: PostHistory, post: jax.Array, start: jax.Array,
   fired since (the usual case at cortical rates), at most ``H``."""
   start = jnp.asarray(start).astype(jnp.int32)
   end = jnp.asarray(end).astype(jnp.int32)
-  p = jnp.clip(post.astype(jnp.int32), 0, hist.count.shape[0] - 1)
-  c = hist.count[p]
+  c = spike_counts(hist, post)
   held = jnp.minimum(c, hist.size)
   # zeros computed from the inputs: inside a shard_map the loop's carry
   # then varies over the mesh as they do

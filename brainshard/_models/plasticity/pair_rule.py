@@ -52,7 +52,7 @@ import jax
 import jax.numpy as jnp
 
 from brainshard._models.plasticity.history import (
-    PostHistory, entry, k_minus, window)
+    PostHistory, entry, k_minus, spike_counts, window)
 
 __all__ = ["PairRule", "PairUpdate", "pair_update", "pre_trace"]
 
@@ -149,8 +149,7 @@ def _from_seen(hist: PostHistory, post, seen):
   """The window's ``first`` and ``exact`` from the synapses' ``seen``: the
   ring holds entries ``count - H ..``; an update that needs an older one
   is inexact and starts at the oldest held (as :func:`window` would)."""
-  p = jnp.clip(post.astype(jnp.int32), 0, hist.count.shape[0] - 1)
-  c = hist.count[p]
+  c = spike_counts(hist, post)
   seen = jnp.asarray(seen, jnp.int32)
   return (jnp.maximum(seen, c - hist.size),
           (c <= hist.size) | (c - seen < hist.size))
@@ -160,8 +159,7 @@ def _facilitate(hist: PostHistory, post, first, end, w, grow):
   """``w`` through ``grow`` for each post spike from ``first`` on stamped
   at most ``end``, oldest first, and where they stop (spike numbers): the
   loop turns once per spike of the longest window, and once more."""
-  c = hist.count[jnp.clip(post.astype(jnp.int32), 0,
-                          hist.count.shape[0] - 1)]
+  c = spike_counts(hist, post)
 
   def on(j):
     """The lanes whose ``j``-th window spike exists (stamped <= end)."""
